@@ -1,0 +1,1 @@
+"""FP8 fake quantization and the KV layouts it is applied to."""
