@@ -1,0 +1,252 @@
+"""`qualify`: run, lint and list gates; make keys; verify signed reports.
+
+Exit codes:
+  0  PASS (or INCOMPLETE without --strict); lint/list/verify: OK
+  1  FAIL: a gate failed or errored; verify: the envelope does not verify
+  2  usage error or invalid gate file
+  3  INCOMPLETE (or inconclusive) under --strict: something was not shown
+  4  internal error: the report could not be written
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Sequence
+from importlib.metadata import entry_points
+from pathlib import Path
+
+from qualify.compile import CompiledFile, compile_gate_file, discover_gate_files
+from qualify.errors import GateFileError, QualifyError
+from qualify.failure import format_table
+from qualify.registry import default_registry
+
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERNAL = 0, 1, 2, 3, 4
+DEFAULT_GATES_DIR = "gates"
+
+
+def _gate_files(paths: Sequence[str]) -> list[Path]:
+    files = discover_gate_files(paths or [DEFAULT_GATES_DIR])
+    if not files:
+        raise GateFileError(f"no gate files found in {', '.join(paths) or DEFAULT_GATES_DIR + '/'}")
+    return files
+
+
+def _compile_all(paths: Sequence[str]) -> tuple[list[CompiledFile], list[GateFileError]]:
+    registry = default_registry()
+    compiled, errors = [], []
+    for f in _gate_files(paths):
+        try:
+            compiled.append(compile_gate_file(f, registry))
+        except GateFileError as exc:
+            errors.append(exc)
+    return compiled, errors
+
+
+def cmd_lint(args: argparse.Namespace) -> int:
+    try:
+        compiled, errors = _compile_all(args.files)
+    except GateFileError as exc:
+        print(exc.diagnostics(), file=sys.stderr)
+        return EXIT_USAGE
+    for err in errors:
+        print(err.diagnostics(), file=sys.stderr)
+    for c in compiled:
+        print(f"{c.gate_file.path}: ok ({len(c.items)} items)")
+    return EXIT_USAGE if errors else EXIT_OK
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from qualify.host import detect_host
+
+    try:
+        compiled, errors = _compile_all(args.files)
+    except GateFileError as exc:
+        print(exc.diagnostics(), file=sys.stderr)
+        return EXIT_USAGE
+    for err in errors:
+        print(err.diagnostics(), file=sys.stderr)
+    host = detect_host()
+    rows = []
+    for c in compiled:
+        for item in c.items:
+            reason = host.skip_reason(item.requires)
+            rows.append(
+                [item.name, item.kind, ",".join(item.requires) or "-", "yes" if not reason else f"no: {reason}"]
+            )
+    if rows:
+        print(format_table(["item", "kind", "requires", "runs here"], rows))
+    print(f"host: {', '.join(sorted(host.available))}" + (f"; GPU {host.gpu_name}" if host.gpu_name else ""))
+    return EXIT_USAGE if errors else EXIT_OK
+
+
+def _plugin_args() -> list[str]:
+    # An editable or regular install registers the plugin through its entry point; a bare source
+    # checkout does not, and registering it twice would be an error.
+    registered = any(ep.value == "qualify.plugin" for ep in entry_points(group="pytest11"))
+    return [] if registered else ["-p", "qualify.plugin"]
+
+
+class _Capture:
+    def __init__(self) -> None:
+        self.state = None
+
+    def pytest_sessionfinish(self, session) -> None:  # type: ignore[no-untyped-def]
+        from qualify.plugin import STATE_KEY
+
+        self.state = session.config.stash.get(STATE_KEY, None)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    import pytest
+
+    from qualify.results import Verdict
+
+    sign_key = args.sign_key or os.environ.get("QUALIFY_SIGNING_KEY")
+    if args.strict and not sign_key:
+        print(
+            "qualify run --strict is a release run and refuses to finish unsigned: "
+            "pass --sign-key PATH or set QUALIFY_SIGNING_KEY",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    try:
+        files = _gate_files(args.files)
+    except GateFileError as exc:
+        print(exc.diagnostics(), file=sys.stderr)
+        return EXIT_USAGE
+    pytest_args = [*_plugin_args(), *map(str, files), "--qualify-out", args.out, "-p", "no:cacheprovider"]
+    pytest_args += ["-o", "python_files=", "--rootdir", str(Path.cwd())]
+    if args.k:
+        pytest_args += ["-k", args.k]
+    if sign_key:
+        pytest_args += ["--qualify-sign-key", sign_key]
+    if args.strict:
+        pytest_args.append("--qualify-strict")
+    if args.non_release:
+        pytest_args.append("--qualify-non-release")
+    if args.name:
+        pytest_args += ["--qualify-name", args.name]
+    if args.baseline:
+        pytest_args += ["--qualify-baseline", args.baseline]
+    pytest_args += ["--qualify-seed", str(args.seed), *args.pytest_args]
+    capture = _Capture()
+    code = pytest.main(pytest_args, plugins=[capture])
+    state = capture.state
+    if state is None:
+        return (
+            EXIT_USAGE if code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.NO_TESTS_COLLECTED) else EXIT_INTERNAL
+        )
+    if state.write_error:
+        return EXIT_INTERNAL
+    if state.collect_errors:
+        return EXIT_USAGE
+    v = state.verdict
+    if v is Verdict.FAIL:
+        return EXIT_FAIL
+    if v is Verdict.INCOMPLETE:
+        if args.strict:
+            return EXIT_INCOMPLETE
+        print(
+            "\n*** VERDICT: INCOMPLETE - some gates did not run on this host; this is NOT a pass. ***\n"
+            "*** Use --strict to make this a failing exit code.                                 ***",
+            file=sys.stderr,
+        )
+    return EXIT_OK
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from qualify.signing.keys import generate_keypair
+
+    paths = generate_keypair(args.out)
+    print(f"private key: {paths.private} (mode 0600; keep it secret)")
+    print(f"public key:  {paths.public}")
+    return EXIT_OK
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from qualify.signing import verify_envelope_file
+
+    try:
+        verified = verify_envelope_file(args.envelope, args.key, subject_file=args.subject)
+    except QualifyError as exc:
+        print(f"INVALID: {exc.diagnostics()}", file=sys.stderr)
+        return EXIT_FAIL
+    predicate = verified.statement.predicate
+    print(f"OK: {args.envelope} is signed by {args.key}")
+    print(f"verdict: {predicate.get('verdict')}  release: {predicate.get('release', {}).get('is_release')}")
+    for s in verified.statement.subject:
+        print(f"  subject {s.digest.sha256}  {s.name}")
+    if args.subject:
+        print(f"subject file {args.subject} matches a signed digest")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="qualify",
+        description="Qualification gates for shared KV-cache cartridges and the fused cartridge attention kernel.",
+        epilog=__doc__.split("\n", 2)[2] + "\nArguments after `--` are passed to pytest.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run gates and write a (signed) report")
+    run.add_argument(
+        "files", nargs="*", help=f"gate files or folders (default: every gate file under {DEFAULT_GATES_DIR}/)"
+    )
+    run.add_argument("-k", metavar="EXPR", help="select items by pytest -k expression")
+    run.add_argument("--out", default="reports", help="report folder (default: reports)")
+    run.add_argument("--sign-key", metavar="PATH", help="Ed25519 private key (PEM); default $QUALIFY_SIGNING_KEY")
+    run.add_argument("--strict", action="store_true", help="release run: require a key; INCOMPLETE exits 3")
+    run.add_argument("--non-release", action="store_true", help="mark the report as a development run")
+    run.add_argument("--name", help="report file name stem")
+    run.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+    run.add_argument(
+        "--baseline", metavar="PATH.dsse.json", help="signed report of the last release to compare against"
+    )
+    run.set_defaults(func=cmd_run)
+
+    lint = sub.add_parser("lint", help="validate gate files (exit 2 on any error)")
+    lint.add_argument("files", nargs="*")
+    lint.set_defaults(func=cmd_lint)
+
+    lst = sub.add_parser("list", help="list compiled items, their requirements and whether this host can run them")
+    lst.add_argument("files", nargs="*")
+    lst.set_defaults(func=cmd_list)
+
+    keygen = sub.add_parser("keygen", help="write an Ed25519 signing key pair")
+    keygen.add_argument(
+        "--out", required=True, metavar="DIR", help="writes DIR/signing-key.pem and DIR/signing-key.pub.pem"
+    )
+    keygen.set_defaults(func=cmd_keygen)
+
+    verify = sub.add_parser("verify", help="verify a signed report envelope (exit 0 valid, 1 invalid)")
+    verify.add_argument("envelope")
+    verify.add_argument("--key", required=True, metavar="PUB", help="public key (PEM)")
+    verify.add_argument("--subject", metavar="FILE", help="also check that FILE's sha256 is a signed subject")
+    verify.set_defaults(func=cmd_verify)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # Everything after `--` goes to pytest untouched (e.g. `qualify run -- -x -vv`).
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1 :]
+    args = build_parser().parse_args(argv)
+    args.pytest_args = extra
+    try:
+        return int(args.func(args))
+    except QualifyError as exc:
+        print(exc.diagnostics(), file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,7 @@
+"""The built-in gate kinds: each module declares its fields and names its runner (imported lazily)."""
+
+from qualify.kinds.loss_increase import LOSS_INCREASE
+
+BUILTIN_KINDS = (LOSS_INCREASE,)
+
+__all__ = ["BUILTIN_KINDS"]

@@ -1,0 +1,244 @@
+"""The pytest plugin: gate files become test items; the run's results become a (signed) report.
+
+Loaded through the `pytest11` entry point, so `pytest gates/` and `qualify run` behave the same.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from qualify.compile import CompiledFile, GateItem, compile_gate_file, looks_like_gate_file
+from qualify.errors import GateFileError, QualifyError
+from qualify.failure import GateCheckFailed, format_table
+from qualify.host import HostCapabilities, detect_host
+from qualify.registry import GateKindRegistry, default_registry
+from qualify.results import ItemResult, Status, Verdict, verdict
+from qualify.runners.context import RunContext
+
+
+@dataclass
+class SessionState:
+    """Everything one pytest session learns about the gates; lives in `config.stash`, never globally."""
+
+    registry: GateKindRegistry
+    started_at: datetime
+    argv: list[str]
+    out_dir: Path | None
+    report_name: str | None
+    sign_key: Path | None
+    strict: bool
+    non_release: bool
+    seed: int
+    baseline: Path | None
+    _host: HostCapabilities | None = None
+    _context: RunContext | None = None
+    compiled: list[CompiledFile] = field(default_factory=list)
+    collect_errors: list[str] = field(default_factory=list)
+    results: list[ItemResult] = field(default_factory=list)
+    finished_at: datetime | None = None
+    report_path: Path | None = None
+    envelope_path: Path | None = None
+    write_error: str | None = None
+
+    @property
+    def host(self) -> HostCapabilities:
+        if self._host is None:
+            self._host = detect_host()
+        return self._host
+
+    @property
+    def context(self) -> RunContext:
+        if self._context is None:
+            self._context = RunContext(
+                host=self.host, seed=self.seed, out_dir=self.out_dir, baseline=self.baseline, strict=self.strict
+            )
+        return self._context
+
+    @property
+    def verdict(self) -> Verdict:
+        if self.collect_errors:
+            return Verdict.FAIL
+        return verdict([r.status for r in self.results])
+
+
+STATE_KEY = pytest.StashKey[SessionState]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("qualify", "cartridge-qualify gates")
+    group.addoption("--qualify-out", metavar="DIR", help="write the JSON report (and envelope) into DIR")
+    group.addoption("--qualify-name", metavar="NAME", help="report file name stem (default: suite and time)")
+    group.addoption("--qualify-sign-key", metavar="PATH", help="Ed25519 private key (PEM) to sign the report")
+    group.addoption(
+        "--qualify-strict",
+        action="store_true",
+        help="release run: refuse to finish unsigned; INCOMPLETE or inconclusive is a failure",
+    )
+    group.addoption(
+        "--qualify-non-release", action="store_true", help="mark the report as a non-release (development) run"
+    )
+    group.addoption("--qualify-seed", type=int, default=0, help="seed for every random input (default 0)")
+    group.addoption("--qualify-baseline", metavar="PATH", help="signed report (.dsse.json) to compare against")
+    group.addoption("--qualify-traceback", action="store_true", help="show Python tracebacks instead of gate reports")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    opt = config.option
+    sign_key = opt.qualify_sign_key or os.environ.get("QUALIFY_SIGNING_KEY") or None
+    if opt.qualify_strict and opt.qualify_out and not sign_key:
+        raise pytest.UsageError(
+            "--qualify-strict is a release run and refuses to finish unsigned: "
+            "pass --qualify-sign-key PATH or set QUALIFY_SIGNING_KEY"
+        )
+    out = opt.qualify_out
+    config.stash[STATE_KEY] = SessionState(
+        registry=default_registry(),
+        started_at=datetime.now(UTC),
+        argv=list(config.invocation_params.args),
+        out_dir=Path(out) if out else None,
+        report_name=opt.qualify_name,
+        sign_key=Path(sign_key) if sign_key else None,
+        strict=bool(opt.qualify_strict),
+        non_release=bool(opt.qualify_non_release),
+        seed=int(opt.qualify_seed),
+        baseline=Path(opt.qualify_baseline) if opt.qualify_baseline else None,
+    )
+    config.addinivalue_line("markers", "gate(kind): a compiled cartridge-qualify gate item")
+
+
+def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
+    if looks_like_gate_file(file_path):
+        return GateYamlFile.from_parent(parent, path=file_path)
+    return None
+
+
+class GateYamlFile(pytest.File):
+    def collect(self) -> Iterator[GateTestItem]:
+        state = self.config.stash[STATE_KEY]
+        try:
+            compiled = compile_gate_file(self.path, state.registry)
+        except GateFileError as exc:
+            state.collect_errors.append(exc.diagnostics())
+            raise self.CollectError(exc.diagnostics()) from None
+        state.compiled.append(compiled)
+        for gate_item in compiled.items:
+            item = GateTestItem.from_parent(self, name=gate_item.name, gate_item=gate_item)
+            item.add_marker(pytest.mark.gate(gate_item.kind))
+            yield item
+
+
+class GateTestItem(pytest.Item):
+    def __init__(self, *, gate_item: GateItem, **kwargs: Any):
+        super().__init__(**kwargs)
+        self.gate_item = gate_item
+
+    def runtest(self) -> None:
+        state = self.config.stash[STATE_KEY]
+        g = self.gate_item
+        result = ItemResult(
+            nodeid=self.nodeid,
+            name=g.name,
+            gate_id=g.gate_id,
+            cell_id=g.cell_id,
+            kind=g.kind,
+            gate_file=g.gate_file.path,
+            requires=list(g.requires),
+            description=g.description,
+            status=Status.ERROR,
+        )
+        state.results.append(result)
+        start = time.perf_counter()
+        try:
+            reason = state.host.skip_reason(g.requires)
+            if reason:
+                result.status, result.reason = Status.SKIPPED, reason
+                pytest.skip(reason)
+            runner = state.registry.get(g.kind).load_runner()
+            outcome = runner(g, state.context)
+            result.outcome = outcome
+            if not outcome.checks:
+                result.status = Status.ERROR
+                result.reason = "the runner made no checks, so nothing was shown"
+                raise QualifyError(f"{g.name}: {result.reason}")
+            if outcome.passed:
+                result.status = Status.PASSED
+            else:
+                result.status = Status.FAILED
+                failed = [c.name for c in outcome.checks if not c.passed]
+                result.reason = "failed checks: " + ", ".join(failed)
+                raise GateCheckFailed(g.name, g.description, outcome)
+        except (pytest.skip.Exception, GateCheckFailed):
+            raise
+        except BaseException as exc:
+            if result.status is not Status.SKIPPED:
+                result.status = Status.ERROR
+                result.reason = result.reason or f"{type(exc).__name__}: {exc}"
+            raise
+        finally:
+            result.duration_s = time.perf_counter() - start
+
+    def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
+        if not self.config.option.qualify_traceback and isinstance(excinfo.value, QualifyError):
+            return excinfo.value.diagnostics()
+        return super().repr_failure(excinfo, style=style)
+
+    def reportinfo(self) -> tuple[Path, int, str]:
+        return self.path, self.gate_item.location.line - 1, f"{self.gate_item.kind}: {self.name}"
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    state = session.config.stash.get(STATE_KEY, None)
+    if state is None:
+        return
+    state.finished_at = datetime.now(UTC)
+    if state.out_dir is not None and (state.compiled or state.collect_errors):
+        from qualify.report.write import write_report
+
+        try:
+            write_report(state)
+        except QualifyError as exc:
+            state.write_error = exc.diagnostics()
+            session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+            return
+    if state.strict and state.verdict is Verdict.INCOMPLETE and session.exitstatus == 0:
+        session.exitstatus = 3
+
+
+def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:
+    state = config.stash.get(STATE_KEY, None)
+    if state is None or not (state.results or state.collect_errors):
+        return
+    tr = terminalreporter
+    tr.section("cartridge-qualify gates")
+    rows = []
+    for r in state.results:
+        headline = ""
+        if r.outcome and r.outcome.checks:
+            worst = next((c for c in r.outcome.checks if not c.passed), r.outcome.checks[0])
+            headline = f"{worst.name}: {worst.observed:.4g} {worst.operator} {worst.threshold:.4g}"
+        rows.append([r.name, r.status.value.upper(), f"{r.duration_s:.1f}s", headline or (r.reason or "")[:90]])
+    if rows:
+        tr.write_line(format_table(["item", "status", "time", "headline / reason"], rows))
+    for err in state.collect_errors:
+        tr.write_line(f"gate file error:\n{err}", red=True)
+    v = state.verdict
+    colour = {"green": v is Verdict.PASS, "red": v is Verdict.FAIL, "yellow": v is Verdict.INCOMPLETE}
+    skipped = sum(r.status is Status.SKIPPED for r in state.results)
+    note = f" ({skipped} item(s) skipped: not everything was shown)" if v is Verdict.INCOMPLETE else ""
+    tr.write_sep("=", f"VERDICT: {v.value}{note}", bold=True, **colour)
+    if state.report_path:
+        tr.write_line(f"report:   {state.report_path}")
+    if state.envelope_path:
+        tr.write_line(f"envelope: {state.envelope_path}")
+    elif state.report_path:
+        tr.write_line("envelope: none - the report is UNSIGNED (no --sign-key / QUALIFY_SIGNING_KEY)", yellow=True)
+    if state.write_error:
+        tr.write_line(f"report not written: {state.write_error}", red=True)

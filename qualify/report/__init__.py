@@ -1,0 +1,1 @@
+"""Qualification reports: what a run measured and the provenance it ran under."""

@@ -1,0 +1,294 @@
+"""Where and with what a qualification run happened: code, package versions, hardware, CI context.
+
+Every probe tolerates its tool being absent (no git, no GPU, no nvidia-smi) and records "unknown" or
+null instead: a report must still be written on a bare machine. Environment variables and command
+line arguments are filtered so that no credential can end up in a signed, widely shared report.
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.metadata
+import os
+import platform
+import shutil
+import socket
+import subprocess
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+import qualify
+
+# report key -> distribution names to try, first installed wins. Read from metadata only: importing
+# vllm or flashinfer just to learn their version would cost seconds and could touch the GPU.
+_DISTRIBUTIONS: Mapping[str, tuple[str, ...]] = {
+    "torch": ("torch",),
+    "triton": ("triton", "pytorch-triton"),
+    "transformers": ("transformers",),
+    "flashinfer": ("flashinfer-python",),
+    "vllm": ("vllm",),
+    "lm-eval": ("lm_eval", "lm-eval"),
+    "gguf": ("gguf",),
+    "cryptography": ("cryptography",),
+    "pydantic": ("pydantic",),
+    "cartridge-qualify": ("cartridge-qualify",),
+}
+
+_ENV_ALLOWLIST = frozenset(
+    {
+        "CUDA_VISIBLE_DEVICES",
+        "GITHUB_RUN_ID",
+        "GITHUB_RUN_ATTEMPT",
+        "GITHUB_SHA",
+        "GITHUB_REF",
+        "GITHUB_REPOSITORY",
+        "GITHUB_WORKFLOW",
+        "GITHUB_ACTOR",
+        "RUNNER_NAME",
+        "CI",
+        "TRITON_INTERPRET",
+    }
+)
+_ENV_ALLOWED_PREFIX = "QUALIFY_"
+# A name containing any of these is dropped even when allowlisted: QUALIFY_SIGNING_KEY must never
+# be copied into a report, and a future allowlist entry must not be able to let one through.
+_SECRET_MARKERS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL")
+
+_NVIDIA_SMI_FIELDS = ("name", "driver_version", "memory.total", "clocks.sm", "clocks.mem", "clocks.max.sm")
+_TOOL_TIMEOUT_S = 20
+_REDACTED = "<redacted>"
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class GitInfo(_Model):
+    commit: str  # "unknown" outside a repository or without git
+    dirty: bool | Literal["unknown"]
+
+
+class CudaDevice(_Model):
+    index: int  # CUDA ordinal: after CUDA_VISIBLE_DEVICES, not necessarily nvidia-smi's order
+    name: str
+    compute_capability: str
+    total_memory_bytes: int
+
+
+class CudaInfo(_Model):
+    available: bool
+    cuda_version: str | None  # the CUDA torch was built against (torch.version.cuda)
+    devices: list[CudaDevice]
+    error: str | None = None
+
+
+class NvidiaSmiGpu(_Model):
+    # Kept as printed (with units): this is a record for people, not an input to arithmetic.
+    name: str
+    driver_version: str
+    memory_total: str
+    clocks_sm: str
+    clocks_mem: str
+    clocks_max_sm: str
+
+
+class NvidiaSmi(_Model):
+    # Separate from CudaInfo: nvidia-smi lists every GPU in PCI order, CUDA only the visible ones in
+    # its own order, so pairing them by index would be wrong exactly when it matters.
+    gpus: list[NvidiaSmiGpu]
+    error: str | None = None
+
+
+class CpuInfo(_Model):
+    model: str
+    logical_cores: int | None
+    usable_cores: int | None  # what this process may run on (affinity, cgroup cpusets)
+
+
+class Provenance(_Model):
+    command_line: list[str]
+    started_at: str
+    finished_at: str
+    duration_s: float
+    git: GitInfo
+    versions: dict[str, str | None]
+    python: str
+    cuda: CudaInfo
+    nvidia_smi: NvidiaSmi | None  # None: nvidia-smi is not installed
+    cpu: CpuInfo
+    os: str
+    hostname: str
+    environment: dict[str, str]
+
+
+def package_version(*dist_names: str) -> str | None:
+    """Installed version of the first of `dist_names` that is installed, else None."""
+    for name in dist_names:
+        try:
+            return importlib.metadata.version(name)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _versions() -> dict[str, str | None]:
+    versions = {key: package_version(*names) for key, names in _DISTRIBUTIONS.items()}
+    # Run from a source checkout the package has no metadata, but the code running is still ours.
+    versions["cartridge-qualify"] = versions["cartridge-qualify"] or qualify.__version__
+    return versions
+
+
+def _run(argv: Sequence[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str] | None:
+    """Run a probe command; None if it cannot be started or hangs."""
+    # No optional locks: `git status` would otherwise refresh (write) the index of a checkout that
+    # other processes may be using at the same time.
+    env = {**os.environ, "GIT_OPTIONAL_LOCKS": "0", "LC_ALL": "C"}
+    try:
+        return subprocess.run(
+            list(argv), cwd=cwd, env=env, capture_output=True, text=True, timeout=_TOOL_TIMEOUT_S, check=False
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def _git(repo_root: Path) -> GitInfo:
+    unknown = GitInfo(commit="unknown", dirty="unknown")
+    git = shutil.which("git")
+    if git is None or not repo_root.is_dir():
+        return unknown
+    head = _run([git, "rev-parse", "--verify", "HEAD"], cwd=repo_root)
+    if head is None or head.returncode != 0 or not head.stdout.strip():
+        return unknown
+    # Untracked (not ignored) files count as dirty: a new test module changes what a run executes.
+    status = _run([git, "status", "--porcelain"], cwd=repo_root)
+    dirty: bool | Literal["unknown"] = "unknown"
+    if status is not None and status.returncode == 0:
+        dirty = bool(status.stdout.strip())
+    return GitInfo(commit=head.stdout.strip(), dirty=dirty)
+
+
+def _cuda() -> CudaInfo:
+    try:
+        import torch  # a base dependency, imported here only so importing this module stays cheap
+
+        cuda_version = torch.version.cuda
+        if not torch.cuda.is_available():
+            return CudaInfo(available=False, cuda_version=cuda_version, devices=[])
+        devices = []
+        for index in range(torch.cuda.device_count()):
+            props = torch.cuda.get_device_properties(index)
+            devices.append(
+                CudaDevice(
+                    index=index,
+                    name=props.name,
+                    compute_capability=f"{props.major}.{props.minor}",
+                    total_memory_bytes=int(props.total_memory),
+                )
+            )
+        return CudaInfo(available=True, cuda_version=cuda_version, devices=devices)
+    except Exception as e:  # a broken driver must cost the report a field, not the whole run
+        return CudaInfo(available=False, cuda_version=None, devices=[], error=f"{type(e).__name__}: {e}")
+
+
+def _nvidia_smi() -> NvidiaSmi | None:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    result = _run([exe, f"--query-gpu={','.join(_NVIDIA_SMI_FIELDS)}", "--format=csv,noheader"])
+    if result is None:
+        return NvidiaSmi(gpus=[], error="nvidia-smi could not be run or timed out")
+    if result.returncode != 0:
+        message = (result.stderr or result.stdout).strip().splitlines()
+        return NvidiaSmi(gpus=[], error=message[0] if message else f"exit status {result.returncode}")
+    gpus = []
+    for row in csv.reader(result.stdout.splitlines(), skipinitialspace=True):
+        if len(row) != len(_NVIDIA_SMI_FIELDS):
+            continue
+        gpus.append(NvidiaSmiGpu(**dict(zip(NvidiaSmiGpu.model_fields, row, strict=True))))
+    return NvidiaSmi(gpus=gpus)
+
+
+def _cpu() -> CpuInfo:
+    model = ""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                    break
+    except OSError:
+        pass  # not Linux: fall back to platform below
+    model = model or platform.processor() or platform.machine() or "unknown"
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return CpuInfo(model=model, logical_cores=os.cpu_count(), usable_cores=usable)
+
+
+def _is_secret_name(name: str) -> bool:
+    upper = name.upper()
+    return any(marker in upper for marker in _SECRET_MARKERS)
+
+
+def filter_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The allowlisted variables of `environ`, minus any whose name looks like it holds a secret."""
+    return {
+        name: value
+        for name, value in sorted(environ.items())
+        if (name in _ENV_ALLOWLIST or name.startswith(_ENV_ALLOWED_PREFIX)) and not _is_secret_name(name)
+    }
+
+
+def redact_argv(argv: Sequence[str]) -> list[str]:
+    """`argv` with the values of secret-looking options (`--hf-token X`, `--api-key=X`) redacted."""
+    out: list[str] = []
+    redact_next = False
+    for arg in argv:
+        if redact_next:
+            out.append(_REDACTED)
+            redact_next = False
+        elif arg.startswith("-") and _is_secret_name(arg.partition("=")[0]):
+            if "=" in arg:
+                out.append(f"{arg.partition('=')[0]}={_REDACTED}")
+            else:
+                out.append(arg)
+                redact_next = True
+        else:
+            out.append(arg)
+    return out
+
+
+def _utc_iso(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        # A naive time is local time on some machine we cannot name; guessing would mislabel it.
+        raise ValueError("provenance times must be timezone-aware (e.g. datetime.now(UTC))")
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def collect_provenance(
+    argv: Sequence[str],
+    repo_root: Path,
+    started_at: datetime,
+    finished_at: datetime,
+    *,
+    environ: Mapping[str, str] | None = None,
+) -> Provenance:
+    """Describe the run; `environ` defaults to the process environment. Never fails for a missing tool."""
+    return Provenance(
+        command_line=redact_argv(argv),
+        started_at=_utc_iso(started_at),
+        finished_at=_utc_iso(finished_at),
+        duration_s=round((finished_at - started_at).total_seconds(), 3),
+        git=_git(Path(repo_root)),
+        versions=_versions(),
+        python=platform.python_version(),
+        cuda=_cuda(),
+        nvidia_smi=_nvidia_smi(),
+        cpu=_cpu(),
+        os=platform.platform(),
+        hostname=socket.gethostname(),
+        environment=filter_environment(os.environ if environ is None else environ),
+    )

@@ -1,0 +1,157 @@
+"""What a gate item measured and decided, and the run's verdict."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class Status(StrEnum):
+    PASSED = "passed"
+    FAILED = "failed"
+    SKIPPED = "skipped"
+    ERROR = "error"
+
+
+class Verdict(StrEnum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    INCOMPLETE = "INCOMPLETE"
+
+
+_OPERATORS = {
+    "<=": lambda a, b: a <= b,
+    ">=": lambda a, b: a >= b,
+    "<": lambda a, b: a < b,
+    ">": lambda a, b: a > b,
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """One hypothesis-test-like decision: `observed OP threshold`, with the statistic that produced it.
+
+    `decided_on` is the number the decision used (for example the upper end of a CI); it defaults to
+    `observed`. `outcome` may be "inconclusive" for CI-based decisions that neither clear nor miss.
+    """
+
+    name: str
+    observed: float
+    operator: str
+    threshold: float
+    statistic: str
+    n: int | None = None
+    ci_low: float | None = None
+    ci_high: float | None = None
+    decided_on: float | None = None
+    unit: str = ""
+    outcome: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.operator not in _OPERATORS:
+            raise ValueError(f"operator must be one of {sorted(_OPERATORS)}, got {self.operator!r}")
+        if self.outcome not in (None, "pass", "fail", "inconclusive"):
+            raise ValueError(f"outcome must be pass, fail or inconclusive, got {self.outcome!r}")
+
+    @property
+    def value_decided(self) -> float:
+        return self.observed if self.decided_on is None else self.decided_on
+
+    @property
+    def passed(self) -> bool:
+        if self.outcome is not None:
+            return self.outcome == "pass"
+        v = self.value_decided
+        # NaN never passes: a broken measurement must not look like a pass.
+        return not math.isnan(v) and _OPERATORS[self.operator](v, self.threshold)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["passed"] = self.passed
+        d["outcome"] = self.outcome or ("pass" if self.passed else "fail")
+        return d
+
+
+@dataclass(frozen=True)
+class InputRef:
+    """A file that was qualified; its digest becomes a subject of the signed statement."""
+
+    name: str
+    path: str
+    sha256: str
+    role: str  # cartridge, eval-set, dataset, kernel-source, model, ...
+
+
+@dataclass(frozen=True)
+class Table:
+    title: str
+    columns: list[str]
+    rows: list[list[Any]]
+
+
+@dataclass
+class ItemOutcome:
+    """What a runner returns. The item fails when any check fails."""
+
+    checks: list[Check] = field(default_factory=list)
+    measurements: dict[str, Any] = field(default_factory=dict)
+    tables: list[Table] = field(default_factory=list)
+    inputs: list[InputRef] = field(default_factory=list)
+    parameters: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.checks) and all(c.passed for c in self.checks)
+
+
+@dataclass
+class ItemResult:
+    nodeid: str
+    name: str
+    gate_id: str
+    cell_id: str | None
+    kind: str
+    gate_file: str
+    requires: list[str]
+    description: str
+    status: Status
+    reason: str | None = None
+    duration_s: float = 0.0
+    outcome: ItemOutcome | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        o = self.outcome or ItemOutcome()
+        return {
+            "nodeid": self.nodeid,
+            "name": self.name,
+            "gate_id": self.gate_id,
+            "cell": self.cell_id,
+            "kind": self.kind,
+            "gate_file": self.gate_file,
+            "requires": list(self.requires),
+            "protects": self.description,
+            "status": self.status.value,
+            "reason": self.reason,
+            "duration_s": round(self.duration_s, 3),
+            "checks": [c.to_dict() for c in o.checks],
+            "measurements": o.measurements,
+            "tables": [asdict(t) for t in o.tables],
+            "inputs": [asdict(i) for i in o.inputs],
+            "parameters": o.parameters,
+            "notes": list(o.notes),
+        }
+
+
+def verdict(statuses: list[Status]) -> Verdict:
+    """PASS only if every selected item ran and passed; a skip never looks like a pass.
+
+    No items at all is INCOMPLETE: nothing was shown.
+    """
+    if any(s in (Status.FAILED, Status.ERROR) for s in statuses):
+        return Verdict.FAIL
+    if not statuses or any(s == Status.SKIPPED for s in statuses):
+        return Verdict.INCOMPLETE
+    return Verdict.PASS

@@ -1,0 +1,63 @@
+"""The one JSON dialect signing emits and accepts.
+
+Emitting: sorted keys, no insignificant whitespace, UTF-8, no NaN/Infinity, so the same report always
+yields the same bytes (and digest). Accepting: standard JSON only, and no duplicate object keys,
+because two parsers that resolve a duplicate differently would disagree on what was signed.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NoReturn
+
+from pydantic import ValidationError
+
+from qualify.errors import SigningError
+
+
+def canonical_json(value: Any) -> bytes:
+    """Canonical UTF-8 JSON bytes of a JSON-compatible value; SigningError if it has no JSON form."""
+    try:
+        text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    except ValueError as e:
+        raise SigningError(f"report cannot be written as standard JSON (NaN or Infinity?): {e}") from e
+    except TypeError as e:
+        raise SigningError(f"report holds a value with no JSON form: {e}") from e
+    return text.encode("utf-8")
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in obj:
+            raise ValueError(f"duplicate key {key!r}")
+        obj[key] = value
+    return obj
+
+
+def _reject_constant(name: str) -> NoReturn:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def strict_loads(data: bytes) -> Any:
+    """Parse UTF-8 JSON bytes; ValueError with the reason if they are not strict, standard JSON."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"not UTF-8 text ({e.reason} at byte {e.start})") from e
+    try:
+        return json.loads(text, object_pairs_hook=_reject_duplicates, parse_constant=_reject_constant)
+    except ValueError as e:  # json.JSONDecodeError is a ValueError, so are the hooks' errors
+        raise ValueError(f"not valid JSON: {e}") from e
+
+
+def describe(error: ValidationError, limit: int = 3) -> str:
+    """A one-line reason from a pydantic error: `field.path: message; ...`, without echoing input values."""
+    parts = []
+    for item in error.errors(include_url=False, include_input=False)[:limit]:
+        where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+        parts.append(f"{where}: {item['msg']}")
+    more = error.error_count() - limit
+    if more > 0:
+        parts.append(f"and {more} more")
+    return "; ".join(parts)
