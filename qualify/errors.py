@@ -60,7 +60,14 @@ class DataError(QualifyError):
 
 
 class InsensitiveMeasurementError(QualifyError):
-    """A positive control did not show the damage it must show, so the measurement proves nothing."""
+    """A positive control did not show the damage it must show, so the measurement proves nothing.
+
+    Carries the runner's outcome (an `ItemOutcome`) so the report still shows every number measured.
+    """
+
+    def __init__(self, message: str, outcome: object | None = None):
+        self.outcome = outcome
+        super().__init__(message)
 
 
 class SigningError(QualifyError):

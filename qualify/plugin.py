@@ -20,7 +20,7 @@ from qualify.errors import GateFileError, QualifyError
 from qualify.failure import GateCheckFailed, format_table
 from qualify.host import HostCapabilities, detect_host
 from qualify.registry import GateKindRegistry, default_registry
-from qualify.results import ItemResult, Status, Verdict, verdict
+from qualify.results import ItemOutcome, ItemResult, Status, Verdict, verdict
 from qualify.runners.context import RunContext
 
 
@@ -181,6 +181,10 @@ class GateTestItem(pytest.Item):
             if result.status is not Status.SKIPPED:
                 result.status = Status.ERROR
                 result.reason = result.reason or f"{type(exc).__name__}: {exc}"
+                # An error raised after measuring (a blind positive control) keeps its numbers in the report.
+                carried = getattr(exc, "outcome", None)
+                if isinstance(carried, ItemOutcome):
+                    result.outcome = carried
             raise
         finally:
             result.duration_s = time.perf_counter() - start

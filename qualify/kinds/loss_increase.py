@@ -32,6 +32,8 @@ class LossIncreaseParams(KindParams):
     batch_size: int = Field(default=16, ge=1)
     max_items: int | None = Field(default=None, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # Context length for the raw-payload table's "full-context KV bytes" column.
+    context_tokens: int = Field(default=32768, ge=1)
 
 
 def _lint(params: KindParams, gate_file: object) -> list[LintIssue]:

@@ -1,0 +1,126 @@
+"""Gate kind `accuracy_floor`: an ordinary benchmark under a quantized KV layout keeps a fraction of its BF16 score.
+
+Per task and layout (a matrix cell), the candidate layout's score must stay at or above each `floors` entry times
+the reference layout's score, measured in the same run on the same items. The runner keeps per-item paired
+outcomes and reports McNemar's exact test, a paired bootstrap CI of the score ratio and the power statement.
+
+Measurements of each item (JSON):
+    task, task_id, metric, layout, reference_layout, backend, scaling, model, sample_seed, num_fewshot,
+    n, reference_score, score, delta_points, ratio, ratio_defined, ratio_ci_low, ratio_ci_high,
+    ratio_ci_confidence, n_resamples, decision, decided_on, mcnemar_p, discordant {ref_only, cand_only},
+    paired_table {both, ref_only, cand_only, neither}, discordance_rate,
+    power {alpha, beta, assumed_discordance, discordance_assumed, min_resolvable_drop}, min_resolvable_drop,
+    floors [{floor, allowed_drop, passed, underpowered, power_statement}], underpowered, smoke,
+    scores {layout: score} for the reference and every table layout, wall_s {layout: seconds}.
+Scores and drops are fractions of items (0.0123 = 1.23 points) except `delta_points`.
+
+The power check runs in `qualify lint` from n, alpha, beta and the task's `expected_reference_score`: a floor
+finer than the smallest resolvable drop is an error unless `allow_underpowered: true`, and the report then marks
+the item "underpowered" (a smoke test). See `qualify.stats.power` for the formula.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from qualify.kinds.loss_increase import LayoutName
+from qualify.registry import GateKindSpec, LintIssue
+from qualify.schema.models import KindParams, StrictModel
+from qualify.stats.power import power_statement
+
+# Sizes of the offline tasks, so lint can check power for `n: null` (all items) without loading any data.
+OFFLINE_TASK_SIZES = {"cq_gsm8k": 1319, "cq_mmlu": 14042}
+
+
+class TaskSpec(StrictModel):
+    """One benchmark: an lm-eval task and how it is sampled and scored; usually a value of the `task` matrix axis."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_.-]*$")
+    name: str  # lm-eval task: cq_mmlu / cq_gsm8k (offline) or any lm-eval task such as mmlu, gsm8k (hub)
+    n: int | None = Field(default=None, ge=1)  # items per leaf task; None: all (offline tasks only, for lint)
+    num_fewshot: int | None = Field(default=None, ge=0)
+    metric: str | None = None  # lm-eval per-item metric; default per task (acc, exact_match)
+    filter: str | None = None  # lm-eval filter name; default per task (none, flexible-extract, strict-match)
+    max_gen_toks: int | None = Field(default=None, ge=1)
+    expected_reference_score: float = Field(ge=0.0, le=1.0)  # what lint's power check assumes
+
+
+class AccuracyFloorParams(KindParams):
+    workload: str
+    task: TaskSpec
+    layout: LayoutName
+    reference_layout: LayoutName = "K16/V16"
+    # The "ordinary benchmarks" table shows these layouts beside the reference (each computed once per run).
+    table_layouts: list[LayoutName] = Field(default_factory=lambda: ["K16/V8", "K8/V8"])
+    floors: list[float] = Field(min_length=1)
+    decision: Literal["point", "ci_lower"]
+    alpha: float = Field(default=0.05, gt=0.0, lt=0.5)
+    beta: float = Field(default=0.2, gt=0.0, lt=1.0)
+    assumed_discordance: float | None = Field(default=None, ge=0.0, le=1.0)
+    allow_underpowered: bool = False
+    n_resamples: int = Field(default=2000, ge=200)
+    sample_seed: int = 0
+    scaling: Literal["none", "per_tensor", "per_head"] = "none"
+    backend: Literal["hf", "vllm"] = "hf"
+    batch_size: int = Field(default=8, ge=1)
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+
+
+def planned_n(task: TaskSpec) -> int | None:
+    """Items the run will score, as far as lint can know without loading the task."""
+    size = OFFLINE_TASK_SIZES.get(task.name)
+    if task.n is None:
+        return size
+    return min(task.n, size) if size is not None else task.n
+
+
+def _lint(params: KindParams, gate_file: object) -> list[LintIssue]:
+    assert isinstance(params, AccuracyFloorParams)
+    issues: list[LintIssue] = []
+    workloads = getattr(gate_file, "workloads", {})
+    if params.workload not in workloads:
+        known = ", ".join(sorted(workloads)) or "none declared"
+        issues.append(LintIssue(("workload",), f"unknown workload {params.workload!r} (known: {known})"))
+    for i, floor in enumerate(params.floors):
+        if not 0.0 < floor <= 1.0:
+            issues.append(LintIssue(("floors", i), f"a floor is a fraction of the reference score in (0, 1], got {floor}"))
+    if params.backend == "vllm" and {params.layout, params.reference_layout} - {"K16/V16", "K8/V8"}:
+        issues.append(
+            LintIssue(("backend",), "vLLM's kv_cache_dtype sets K and V together: only K16/V16 and K8/V8 run there")
+        )
+    n = planned_n(params.task)
+    if n is None:
+        issues.append(
+            LintIssue(("task", "n"), f"task {params.task.name!r} is not an offline task: declare n for the power check")
+        )
+        return issues
+    for i, floor in enumerate(params.floors):
+        if not 0.0 < floor <= 1.0:
+            continue
+        power = power_statement(
+            n, params.alpha, params.beta, params.task.expected_reference_score, floor, params.assumed_discordance
+        )
+        if power.underpowered and not params.allow_underpowered:
+            issues.append(
+                LintIssue(
+                    ("floors", i),
+                    f"floor {floor:g} on {params.task.id} is finer than the gate can resolve ({power.sentence()}); "
+                    "raise n, declare a measured assumed_discordance, coarsen the floor, "
+                    "or set allow_underpowered: true to run it as a smoke test",
+                )
+            )
+    return issues
+
+
+ACCURACY_FLOOR = GateKindSpec(
+    name="accuracy_floor",
+    params=AccuracyFloorParams,
+    runner="qualify.runners.accuracy_floor:run",
+    protects=(
+        "An ordinary benchmark under a quantized KV layout keeps its floor (a fraction of the BF16 score on the same "
+        "items), and the report says whether the sample could resolve that floor at all."
+    ),
+    lint=_lint,
+)

@@ -1,0 +1,1 @@
+"""Eval-set loading and loss evaluation of a model behind a cartridge."""

@@ -1,0 +1,215 @@
+"""The self-contained sign-off page: verdict and signature first, then gates, plots, payload and provenance.
+
+No script, no external resource: a Content-Security-Policy that allows none is part of the page, so
+even a string that escaped escaping could neither run nor fetch anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from qualify import __version__
+from qualify.render import view
+from qualify.render.fmt import as_list, as_text, byte_size, ci, number
+from qualify.render.grid import numerics_grid
+from qualify.render.html_parts import code, esc, status_badge, table
+from qualify.render.html_provenance import provenance_section
+from qualify.render.plots import accuracy_plot, loss_increase_plot, perf_plots
+from qualify.render.source import RenderInput, SignatureState
+from qualify.render.style import CSS
+
+_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
+
+
+def _header(src: RenderInput) -> str:
+    report = src.report
+    verdict = view.verdict(report)
+    sig = src.signature
+    counts = view.counts(report)
+    release = report.get("release") if isinstance(report.get("release"), dict) else {}
+    is_release = release.get("is_release") is True
+    suites = ", ".join(as_text(s) for s in as_list(report.get("suites"))) or "qualification"
+    sig_note = {
+        SignatureState.VALID: "the content below is exactly what was signed",
+        SignatureState.INVALID: "the content below is NOT authenticated",
+        SignatureState.NOT_CHECKED: "pass --key to check it",
+        SignatureState.UNSIGNED: "nothing below is authenticated",
+    }[sig.state]
+    parts = [
+        f"<header id='verdict'><h1>Qualification report: {esc(suites)}</h1><div class='banner'>",
+        f"<div class='badge big v-{esc(verdict)}'>{esc(verdict)}<small>verdict</small></div>",
+        f"<div class='badge sig-{esc(sig.state.value)}' id='signature'>{esc(sig.label)}"
+        f"<small>{esc(sig_note)}</small></div>",
+        f"<div class='badge {'v-PASS' if is_release else 'v-INCOMPLETE'}'>"
+        f"{'release' if is_release else 'not a release'}<small>{esc(release.get('reason'))}</small></div>",
+        "</div>",
+        f"<p>{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} not run (skipped), "
+        f"{counts['error']} errors — {counts['total']} items.</p>",
+    ]
+    if sig.state is SignatureState.INVALID:
+        parts.append(
+            "<p class='warning'><strong>Do not sign off on this report.</strong> Its signature does not verify; "
+            "what follows is what the file claims, not what was qualified.</p>"
+        )
+    computed = view.computed_verdict(report)
+    if verdict != computed:
+        parts.append(f"<p class='warning'>The report states {esc(verdict)}, but its items imply {esc(computed)}.</p>")
+    if src.schema_errors:
+        errors = "".join(f"<li>{esc(e)}</li>" for e in src.schema_errors)
+        parts.append(f"<div class='warning'>The report does not match its schema:<ul>{errors}</ul></div>")
+    collect_errors = as_list(report.get("collect_errors"))
+    if collect_errors:
+        errors = "".join(f"<li><code>{esc(e)}</code></li>" for e in collect_errors)
+        parts.append(f"<div class='warning'>Gate files that failed to load:<ul>{errors}</ul></div>")
+    parts.append("</header>")
+    return "".join(parts)
+
+
+def _check_cells(row: view.CheckRow) -> list[str]:
+    item = [esc(row.item), status_badge(row.status)]
+    c = row.check
+    if c is None:
+        return [*item, f"<em>{esc(row.reason or 'no checks recorded')}</em>", *[""] * 7]
+    outcome = view.check_outcome(c)
+    return [
+        *item,
+        esc(c.get("name")),
+        esc(f"{number(c.get('observed'))} {as_text(c.get('unit'))}".strip()),
+        esc(f"{as_text(c.get('operator'))} {number(c.get('threshold'))}"),
+        esc(number(c.get("decided_on"))),
+        esc(ci(c.get("ci_low"), c.get("ci_high"))),
+        esc(number(c.get("n"))),
+        esc(c.get("statistic")),
+        status_badge(outcome),
+    ]
+
+
+def _gate_section(index: int, gate: view.GateView, skip_payload: bool) -> str:
+    headers = ["item", "status", "check", "observed", "bound", "decided on", "CI", "n", "statistic", "outcome"]
+    rows = [_check_cells(r) for r in view.check_rows(gate)]
+    parts = [
+        f"<section class='gate' id='gate-{index}'><h3>{esc(gate.gate_id)} {status_badge(gate.status)}</h3>",
+        f"<p class='protects'>kind {code(gate.kind)} · {code(gate.gate_file)} · protects: {esc(gate.protects)}</p>",
+        table(headers, rows, numeric=(3, 5, 7)),
+    ]
+    for t in view.item_tables(gate, skip_payload):
+        columns = [as_text(col) for col in as_list(t.get("columns"))]
+        body = [[esc(number(v)) for v in as_list(r)] for r in as_list(t.get("rows"))]
+        parts += [f"<h4>{esc(t.get('title'))}</h4>", table(columns, body)]
+    notes = [as_text(n) for i in gate.items for n in as_list(i.get("notes"))]
+    if notes:
+        parts.append("<ul>" + "".join(f"<li>{esc(n)}</li>" for n in dict.fromkeys(notes)) + "</ul>")
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _gates(report: dict[str, Any], skip_payload: bool) -> str:
+    gates = view.gates(report)
+    overview = [
+        [
+            f"<a href='#gate-{i}'>{esc(g.gate_id)}</a>",
+            code(g.kind),
+            status_badge(g.status),
+            *(esc(g.count(s)) for s in ("passed", "failed", "skipped", "error")),
+        ]
+        for i, g in enumerate(gates)
+    ]
+    parts = ["<section id='gates'><h2>Gates</h2>"]
+    if not gates:
+        parts.append("<p class='warning'>The report holds no items: nothing was shown.</p>")
+    else:
+        parts.append(table(["gate", "kind", "status", "passed", "failed", "not run", "errors"], overview))
+    parts += [_gate_section(i, g, skip_payload) for i, g in enumerate(gates)]
+    parts.append("</section>")
+    return "".join(parts)
+
+
+def _figure(fig_id: str, title: str, body: str, caption: str, kind: str) -> str:
+    if not body:
+        absent = f"<p class='absent-kind'>No {esc(kind)} items in this report.</p>"
+        return f"<div id='{fig_id}'><h3>{esc(title)}</h3>{absent}</div>"
+    return f"<figure id='{fig_id}'><h3>{esc(title)}</h3>{body}<figcaption>{esc(caption)}</figcaption></figure>"
+
+
+def _plots(report: dict[str, Any]) -> str:
+    perf = perf_plots(view.items_of_kind(report, "perf_nonregression"))
+    return "".join(
+        [
+            "<section id='plots'><h2>Plots</h2>",
+            _figure(
+                "plot-loss",
+                "Eval-loss increase per layout and checkpoint",
+                loss_increase_plot(view.items_of_kind(report, "loss_increase")),
+                "Bars: relative loss increase against BF16 with its confidence interval; dashed red: each layout's "
+                "bound. K16/V8 (the selected layout) is green and key-quantizing layouts red whatever they measured.",
+                "loss_increase",
+            ),
+            _figure(
+                "plot-accuracy",
+                "Accuracy as a percentage of BF16",
+                accuracy_plot(view.items_of_kind(report, "accuracy_floor")),
+                "Dots: score ratio with its CI on a 98-100.25 % axis; blue lines at 99 % and 99.9 %; red tick: the "
+                "item's floor. A hollow dot is an underpowered comparison.",
+                "accuracy_floor",
+            ),
+            _figure(
+                "plot-perf",
+                "Performance ratio per batch",
+                "".join(perf),
+                "Dots: candidate/baseline ratio with its CI; dashed red: the threshold.",
+                "perf_nonregression",
+            ),
+            _figure(
+                "plot-numerics",
+                "Kernel numerics matrix",
+                numerics_grid(view.items_of_kind(report, "kernel_numerics")),
+                "Rows: phase and live V; columns: the remaining axes. Hover a cell for its errors and tolerance.",
+                "kernel_numerics",
+            ),
+            "</section>",
+        ]
+    )
+
+
+def _payload(report: dict[str, Any]) -> str:
+    rows = view.payload_rows(report)
+    if not rows:
+        absent = "<p class='absent-kind'>No loss_increase payload rows in this report.</p>"
+        return f"<section id='payload'><h2>Raw payload and capacity</h2>{absent}</section>"
+    body = [
+        [
+            esc(r["model_id"]),
+            esc(r["layout"]),
+            esc(number(r["bytes_per_token"])),
+            esc(f"{number(r['context_bytes'])} ({byte_size(r['context_bytes'])})"),
+            esc(f"{number(r['cartridge_bytes'])} ({byte_size(r['cartridge_bytes'])})"),
+            esc(number(r["capacity_ratio"])),
+        ]
+        for r in rows
+    ]
+    headers = ["model", "layout", "bytes / token", "context bytes", "cartridge bytes", "capacity ratio"]
+    return (
+        f"<section id='payload'><h2>Raw payload and capacity</h2>{table(headers, body, numeric=(2, 3, 4, 5))}</section>"
+    )
+
+
+def render_html(src: RenderInput) -> str:
+    report = src.report
+    title = f"{view.verdict(report)} — qualification report"
+    payload = _payload(report)
+    return "".join(
+        [
+            "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
+            f"<meta http-equiv='Content-Security-Policy' content=\"{_CSP}\">",
+            "<meta name='viewport' content='width=device-width, initial-scale=1'>",
+            f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
+            _header(src),
+            _gates(report, skip_payload=bool(view.payload_rows(report))),
+            _plots(report),
+            payload,
+            provenance_section(src),
+            f"<footer>Rendered by cartridge-qualify {esc(__version__)} from {esc(src.source)}. "
+            "The signed envelope, not this page, is the record; verify it with <code>qualify verify</code>.</footer>",
+            "</body></html>\n",
+        ]
+    )

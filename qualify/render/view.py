@@ -1,0 +1,180 @@
+"""The report reshaped for reading: items grouped by gate, statuses ranked, measurement rows extracted.
+
+Everything here tolerates malformed input, because a tampered or foreign report is still rendered
+(under a banner saying so) rather than crashing the page that must show the problem.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from qualify.render.fmt import as_dict, as_float, as_list, as_text
+
+# Worst first: a gate takes the worst status of its items, so one skipped cell cannot hide behind passes.
+_STATUS_RANK = {"error": 0, "failed": 1, "skipped": 2, "passed": 3}
+LAYOUT_ORDER = ("K16/V16", "K16/V8", "K8/V16", "K8/V8")
+PAYLOAD_COLUMNS = ("model_id", "layout", "bytes_per_token", "context_bytes", "cartridge_bytes", "capacity_ratio")
+
+
+def item_status(item: dict[str, Any]) -> str:
+    s = item.get("status")
+    # Anything unrecognised counts as an error: an unknown status must never read as a pass.
+    return s if s in _STATUS_RANK else "error"
+
+
+def worst_status(statuses: list[str]) -> str:
+    if not statuses:
+        return "skipped"  # no items is "nothing shown", never a pass
+    return min(statuses, key=lambda s: _STATUS_RANK.get(s, 0))
+
+
+@dataclass(frozen=True)
+class GateView:
+    gate_id: str
+    kind: str
+    gate_file: str
+    protects: str
+    items: list[dict[str, Any]]
+
+    @property
+    def status(self) -> str:
+        return worst_status([item_status(i) for i in self.items])
+
+    def count(self, status: str) -> int:
+        return sum(item_status(i) == status for i in self.items)
+
+
+def items(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [i for i in as_list(report.get("items")) if isinstance(i, dict)]
+
+
+def gates(report: dict[str, Any]) -> list[GateView]:
+    """Items grouped by (gate file, gate id), in report order."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for item in items(report):
+        key = (as_text(item.get("gate_file")), as_text(item.get("gate_id")) or as_text(item.get("name")))
+        groups.setdefault(key, []).append(item)
+    return [
+        GateView(
+            gate_id=gate_id,
+            kind=as_text(group[0].get("kind")) or "?",
+            gate_file=gate_file,
+            protects=as_text(group[0].get("protects")),
+            items=group,
+        )
+        for (gate_file, gate_id), group in groups.items()
+    ]
+
+
+def items_of_kind(report: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [i for i in items(report) if i.get("kind") == kind]
+
+
+def measurements(item: dict[str, Any]) -> dict[str, Any]:
+    return as_dict(item.get("measurements"))
+
+
+def layout_sort_key(layout: str) -> tuple[int, str]:
+    return (LAYOUT_ORDER.index(layout) if layout in LAYOUT_ORDER else len(LAYOUT_ORDER), layout)
+
+
+def payload_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """The raw-payload/capacity rows of every loss_increase item, each distinct row once.
+
+    The same model and layouts repeat across checkpoints and workloads; the table exists to show
+    the byte arithmetic, so repeating identical rows would only bury it.
+    """
+    seen: set[tuple[str, ...]] = set()
+    rows = []
+    for item in items_of_kind(report, "loss_increase"):
+        m = measurements(item)
+        model_id = as_text(m.get("model_id"))
+        for entry in as_list(m.get("payload")):
+            if not isinstance(entry, dict):
+                continue
+            row = {"model_id": model_id, **{c: entry.get(c) for c in PAYLOAD_COLUMNS[1:]}}
+            key = tuple(as_text(row[c]) for c in PAYLOAD_COLUMNS)
+            if key not in seen:
+                seen.add(key)
+                rows.append(row)
+    return sorted(rows, key=lambda r: (as_text(r["model_id"]), layout_sort_key(as_text(r["layout"]))))
+
+
+def is_payload_table(table: dict[str, Any]) -> bool:
+    return "payload" in as_text(table.get("title")).lower()
+
+
+@dataclass(frozen=True)
+class CheckRow:
+    """One row of a gate table: a check, or a placeholder for an item that produced none."""
+
+    item: str
+    status: str
+    reason: str
+    check: dict[str, Any] | None
+
+
+def check_rows(gate: GateView) -> list[CheckRow]:
+    rows = []
+    for item in gate.items:
+        name = as_text(item.get("name"))
+        status = item_status(item)
+        reason = as_text(item.get("reason"))
+        checks = [c for c in as_list(item.get("checks")) if isinstance(c, dict)]
+        if not checks:
+            rows.append(CheckRow(name, status, reason, None))
+        rows.extend(CheckRow(name, status, reason, c) for c in checks)
+    return rows
+
+
+def check_outcome(check: dict[str, Any]) -> str:
+    outcome = check.get("outcome")
+    if outcome in ("pass", "fail", "inconclusive"):
+        # A check that claims "pass" but says passed=false is shown as the worse of the two.
+        if outcome == "pass" and check.get("passed") is not True:
+            return "fail"
+        return outcome
+    return "pass" if check.get("passed") is True else "fail"
+
+
+def item_tables(gate: GateView, skip_payload: bool) -> list[dict[str, Any]]:
+    """Each distinct item table of a gate once (matrix cells often repeat the same table)."""
+    seen: set[str] = set()
+    out = []
+    for item in gate.items:
+        for table in as_list(item.get("tables")):
+            if not isinstance(table, dict) or (skip_payload and is_payload_table(table)):
+                continue
+            key = as_text(table, limit=10**9)
+            if key not in seen:
+                seen.add(key)
+                out.append(table)
+    return out
+
+
+def counts(report: dict[str, Any]) -> dict[str, int]:
+    """Counts recomputed from the items, so a report whose `counts` disagree cannot flatter itself."""
+    statuses = [item_status(i) for i in items(report)]
+    out = {s: statuses.count(s) for s in ("passed", "failed", "skipped", "error")}
+    out["total"] = len(statuses)
+    return out
+
+
+def verdict(report: dict[str, Any]) -> str:
+    v = report.get("verdict")
+    return v if v in ("PASS", "FAIL", "INCOMPLETE") else "UNKNOWN"
+
+
+def value_or_none(d: dict[str, Any], key: str) -> float | None:
+    return as_float(d.get(key))
+
+
+def computed_verdict(report: dict[str, Any]) -> str:
+    """The verdict the items imply (same rule as qualify.results.verdict), to flag a report that disagrees."""
+    statuses = [item_status(i) for i in items(report)]
+    if any(s in ("failed", "error") for s in statuses):
+        return "FAIL"
+    if not statuses or "skipped" in statuses:
+        return "INCOMPLETE"
+    return "PASS"

@@ -1,0 +1,1 @@
+"""Resampling statistics for the gates."""
