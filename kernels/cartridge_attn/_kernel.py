@@ -1,0 +1,413 @@
+"""The fused cartridge attention kernel (Triton), specialized for SM90.
+
+One program owns one (query tile, KV head) pair and keeps one online-softmax state per (request, query
+head) row from the first cartridge position to the last live token: the cartridge (dense, indexed
+directly) and the paged live suffix (gathered through the page table) are two loops over the same
+accumulator. There is no second output, no LSE and no merge.
+
+Rows of a tile pack GQA query heads so that the matrix units see at least 16 rows:
+
+* prefill: row ``r`` of a request is (query token ``r // G``, query head ``r % G`` of the KV head);
+* decode: row ``r`` is (request ``r // G`` of the program's ``REQS`` requests, head ``r % G``). The
+  cartridge tile is then loaded once and used by every request of the program; in the live loop each
+  request contributes ``BLOCK_N // REQS`` columns and a block-diagonal mask keeps requests apart.
+
+File order: capability tables, the inner step, configurations, the kernel.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import asdict, dataclass
+
+import torch
+import triton
+import triton.language as tl
+
+# ---------------------------------------------------------------------------------------------------
+# What the specialization covers. Anything else is rejected by the API, never sent to a fallback.
+# ---------------------------------------------------------------------------------------------------
+QUALIFIED_ARCHS: tuple[tuple[int, int], ...] = ((9, 0),)
+SUPPORTED_HEAD_DIMS: tuple[int, ...] = (64, 128)
+SUPPORTED_PAGE_SIZES: tuple[int, ...] = (8, 16)
+SUPPORTED_GROUPS: tuple[int, ...] = (1, 2, 4, 8, 16)
+SUPPORTED_Q_DTYPES: tuple[torch.dtype, ...] = (torch.bfloat16, torch.float16)
+FP8_DTYPE = torch.float8_e4m3fn
+
+# The interpreter runs bf16/fp16 tl.dot incorrectly (seen with triton 3.9 + torch 2.13 on CPU), so in
+# that mode every dot is done on fp32 operands. GPU builds never take that path.
+INTERPRETED: bool = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+# Test-only fault codes (see cartridge_attn.faults). 0 compiles to the production kernel: every other
+# value sits behind a constexpr branch, so production code carries no trace of them.
+_F_BOUNDARY: tl.constexpr = tl.constexpr(1)
+_F_FP8_RAW: tl.constexpr = tl.constexpr(2)
+_F_CAUSAL_LEAK: tl.constexpr = tl.constexpr(3)
+_F_STALE_PAGE: tl.constexpr = tl.constexpr(4)
+_F_FP8_SCALE: tl.constexpr = tl.constexpr(5)
+_F_CAUSAL_DIAG: tl.constexpr = tl.constexpr(6)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Inner step: one K/V tile folded into the running (max, sum, accumulator).
+# ---------------------------------------------------------------------------------------------------
+@triton.jit
+def _attend(
+    acc,
+    m_i,
+    l_i,
+    q,
+    k,
+    v,
+    visible,
+    v_scale,
+    qk_scale,
+    MASKED: tl.constexpr,
+    V_FP8: tl.constexpr,
+    SCALE_P: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    FAULT: tl.constexpr,
+):
+    if DOT_F32:
+        qk = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
+    else:
+        qk = tl.dot(q, tl.trans(k))
+    if MASKED:
+        qk = tl.where(visible, qk, float("-inf"))
+    # The running max is kept in scaled log2 units so that scaling and subtraction fuse into one FMA.
+    # The cartridge comes first and every row sees position 0, so m_i is finite before any fully
+    # masked live row reaches this point: no (-inf) - (-inf).
+    m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+    alpha = tl.math.exp2(m_i - m_new)
+    p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+    l_i = l_i * alpha + tl.sum(p, 1)
+    acc = acc * alpha[:, None]
+    if SCALE_P:
+        p = p * v_scale
+    if V_FP8:
+        if FAULT == _F_FP8_RAW:
+            v = v.to(tl.int8, bitcast=True)  # test-only: the bits used as integers
+        # E4M3 -> FP16 is one hardware conversion per pair (cvt.rn.f16x2.e4m3x2) and exact; going to
+        # BF16 would add a per-element FP16 -> BF16 step. P is in [0, 1], where FP16 is the finer type.
+        if DOT_F32:  # noqa: SIM108
+            v = v.to(tl.float32)
+        else:
+            v = v.to(tl.float16)
+    elif DOT_F32:
+        v = v.to(tl.float32)
+    if DOT_F32:  # noqa: SIM108
+        acc = tl.dot(p, v, acc, input_precision="ieee")
+    else:
+        acc = tl.dot(p.to(v.dtype), v, acc)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _page_slot(j, PAGE: tl.constexpr, FAULT: tl.constexpr):
+    slot = j // PAGE
+    if FAULT == _F_STALE_PAGE:
+        # Test-only: the table entry of the previous page is used, as if it had not been reloaded.
+        slot = tl.maximum(slot - 1, 0)
+    return slot
+
+
+# ---------------------------------------------------------------------------------------------------
+# Configurations.
+# ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelConfig:
+    """Launch configuration of the fused kernel.
+
+    Attributes
+    ----------
+    block_m : int
+        Rows per program (query tokens x GQA heads in prefill, requests x heads in decode).
+    block_n : int
+        Key positions per tile (in decode, shared by ``reqs_per_program`` requests in the live loop).
+    reqs_per_program : int
+        Decode only: requests packed into one program; 1 for prefill.
+    num_warps : int
+        Warps per program.
+    num_stages : int
+        Software-pipelining depth of the K/V loads.
+    """
+
+    block_m: int
+    block_n: int
+    reqs_per_program: int
+    num_warps: int
+    num_stages: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def decode_config(
+    group: int,
+    head_dim: int,
+    batch: int,
+    max_live: int,
+    *,
+    reqs: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> KernelConfig:
+    """Decode configuration; the defaults follow the H200 sweep recorded in benchmarks/kernel/RESULTS.md.
+
+    Packing several requests into one program lets them share each cartridge tile (fewer L2 reads of
+    the cartridge) but leaves fewer programs, so it pays only once there are programs enough to fill
+    the 132 SMs (batch x H_kv well above 132).
+    """
+    if reqs is None:
+        reqs = 2 if batch >= 32 else 1
+    reqs = max(1, min(reqs, 16 // group if group <= 16 else 1))
+    block_m = max(16, _pow2_at_least(reqs * group))
+    # A tiny grid with long suffixes: wider tiles put more bytes in flight per program.
+    wide = reqs == 1 and batch <= 4 and max_live >= 512
+    if block_n is None:
+        block_n = 256 if (reqs > 2 or wide) else 128
+    block_n = max(block_n, 16 * reqs)
+    return KernelConfig(
+        block_m=block_m,
+        block_n=block_n,
+        reqs_per_program=reqs,
+        num_warps=num_warps if num_warps is not None else (8 if wide else 4),
+        num_stages=num_stages if num_stages is not None else (2 if wide else 3),
+    )
+
+
+def prefill_config(
+    group: int,
+    head_dim: int,
+    *,
+    rows: int | None = None,
+    num_kv_heads: int | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> KernelConfig:
+    """Prefill configuration; the defaults follow the H200 sweep recorded in benchmarks/kernel/RESULTS.md.
+
+    ``rows`` (total query rows, i.e. query tokens x group) and ``num_kv_heads`` let the default drop to
+    64-row tiles when 128-row tiles would leave most of the 132 SMs idle.
+    """
+    small_grid = rows is not None and num_kv_heads is not None and (rows // 128) * num_kv_heads < 132
+    if block_m is None:
+        block_m = 64 if small_grid else 128
+    bm = max(block_m, 16, _pow2_at_least(group))
+    if block_n is None:
+        # Measured on the H200 (head_dim 128): 128x32 tiles, one warpgroup, 4 stages beat larger tiles;
+        # head_dim 64 has not been swept and keeps 64-wide tiles.
+        block_n = 64 if (bm < 128 or head_dim != 128) else 32
+    deep = bm >= 128 and block_n <= 32
+    return KernelConfig(
+        block_m=bm,
+        block_n=block_n,
+        reqs_per_program=1,
+        num_warps=num_warps if num_warps is not None else 4,
+        num_stages=num_stages if num_stages is not None else (4 if deep else 3),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------
+# The kernel.
+# ---------------------------------------------------------------------------------------------------
+@triton.jit
+def cartridge_attn_kernel(
+    q_ptr,
+    o_ptr,
+    ck_ptr,
+    cv_ptr,
+    cv_scale_ptr,
+    lk_ptr,
+    lv_ptr,
+    lv_scale_ptr,
+    qo_indptr_ptr,
+    kv_indptr_ptr,
+    kv_indices_ptr,
+    kv_len_ptr,
+    tile_req_ptr,
+    tile_row_ptr,
+    num_reqs,
+    cart_len,
+    qk_scale,
+    stride_qt,
+    stride_qh,
+    stride_ot,
+    stride_oh,
+    stride_ckt,
+    stride_ckh,
+    stride_cvt,
+    stride_cvh,
+    stride_lkp,
+    stride_lkt,
+    stride_lkh,
+    stride_lvp,
+    stride_lvt,
+    stride_lvh,
+    GROUP: tl.constexpr,
+    HEAD_DIM: tl.constexpr,
+    PAGE: tl.constexpr,
+    BLOCK_M: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    REQS: tl.constexpr,
+    DECODE: tl.constexpr,
+    CAUSAL: tl.constexpr,
+    CV_FP8: tl.constexpr,
+    LV_FP8: tl.constexpr,
+    DOT_F32: tl.constexpr,
+    FAULT: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    kvh = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    offs_d = tl.arange(0, HEAD_DIM)
+    BN_R: tl.constexpr = BLOCK_N // REQS  # live columns per request per tile
+
+    if DECODE:
+        row_req_local = offs_m // GROUP
+        row_req = pid * REQS + row_req_local
+        head = offs_m % GROUP
+        row_ok = (row_req_local < REQS) & (row_req < num_reqs)
+        q_row = row_req  # one query per request
+        row_len = tl.load(kv_len_ptr + row_req, mask=row_ok, other=0)
+        limit = row_len - 1  # the single query is the last token: it sees every live token
+        col_req_local = offs_n // BN_R
+        col_req = pid * REQS + col_req_local
+        col_req_ok = col_req < num_reqs
+        col_len = tl.load(kv_len_ptr + col_req, mask=col_req_ok, other=0)
+        col_page0 = tl.load(kv_indptr_ptr + col_req, mask=col_req_ok, other=0)
+        live_end = tl.max(row_len, 0)
+        n_live_full = 0
+    else:
+        req = tl.load(tile_req_ptr + pid)
+        row0 = tl.load(tile_row_ptr + pid)
+        q_start = tl.load(qo_indptr_ptr + req)
+        q_len = tl.load(qo_indptr_ptr + req + 1) - q_start
+        gr = row0 + offs_m
+        tok = gr // GROUP
+        head = gr % GROUP
+        row_ok = tok < q_len
+        q_row = q_start + tok
+        kv_len = tl.load(kv_len_ptr + req)
+        col_len = kv_len
+        col_page0 = tl.load(kv_indptr_ptr + req)
+        tok_lo = row0 // GROUP
+        tok_hi = tl.minimum((row0 + BLOCK_M - 1) // GROUP, q_len - 1)
+        if CAUSAL:
+            # Bottom-right alignment: query t of n sees live tokens 0 .. kv_len - n + t.
+            limit = kv_len - q_len + tok
+            live_end = kv_len - q_len + tok_hi + 1
+            live_all = kv_len - q_len + tok_lo + 1  # keys every row of the tile sees
+        else:
+            limit = kv_len - 1 + tok * 0
+            live_end = kv_len
+            live_all = kv_len
+        n_live_full = live_all // BLOCK_N
+
+    heads = kvh * GROUP + head
+    q = tl.load(
+        q_ptr + q_row[:, None].to(tl.int64) * stride_qt + heads[:, None] * stride_qh + offs_d[None, :],
+        mask=row_ok[:, None],
+        other=0.0,
+    )
+    m_i = tl.full([BLOCK_M], float("-inf"), tl.float32)
+    l_i = tl.zeros([BLOCK_M], tl.float32)
+    acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+    cv_scale = tl.load(cv_scale_ptr + kvh)
+    lv_scale = tl.load(lv_scale_ptr + kvh)
+
+    # ---- cartridge: dense rows [0, cart_len), no page table ------------------------------------
+    n_cart = cart_len
+    if FAULT == _F_BOUNDARY:
+        n_cart = cart_len - 1  # test-only: the last cartridge position is never attended
+    ck_base = ck_ptr + kvh * stride_ckh
+    cv_base = cv_ptr + kvh * stride_cvh
+    if DECODE:
+        # Few, short loops: one pipelined loop with the ragged end masked costs less than a separate,
+        # unpipelined tail tile whose loads would wait a full memory latency.
+        for start in tl.range(0, n_cart, BLOCK_N):
+            pos = start + offs_n
+            ok = pos < n_cart
+            k = tl.load(ck_base + pos[:, None] * stride_ckt + offs_d[None, :], mask=ok[:, None], other=0.0)
+            v = tl.load(cv_base + pos[:, None] * stride_cvt + offs_d[None, :], mask=ok[:, None], other=0.0)
+            acc, m_i, l_i = _attend(
+                acc, m_i, l_i, q, k, v, ok[None, :], cv_scale, qk_scale, True, CV_FP8, False, DOT_F32, FAULT
+            )
+    else:
+        n_cart_full = (n_cart // BLOCK_N) * BLOCK_N
+        for start in tl.range(0, n_cart_full, BLOCK_N):
+            pos = start + offs_n
+            k = tl.load(ck_base + pos[:, None] * stride_ckt + offs_d[None, :])
+            v = tl.load(cv_base + pos[:, None] * stride_cvt + offs_d[None, :])  # FP8 load issued before the QK dot
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k, v, 0, cv_scale, qk_scale, False, CV_FP8, False, DOT_F32, FAULT)
+        if n_cart_full < n_cart:
+            pos = n_cart_full + offs_n
+            ok = pos < n_cart
+            k = tl.load(ck_base + pos[:, None] * stride_ckt + offs_d[None, :], mask=ok[:, None], other=0.0)
+            v = tl.load(cv_base + pos[:, None] * stride_cvt + offs_d[None, :], mask=ok[:, None], other=0.0)
+            acc, m_i, l_i = _attend(
+                acc, m_i, l_i, q, k, v, ok[None, :], cv_scale, qk_scale, True, CV_FP8, False, DOT_F32, FAULT
+            )
+    # The cartridge's per-head V scale is constant over the whole cartridge: applied once to the
+    # accumulator here (a [M, D] multiply) instead of to every P tile.
+    if CV_FP8 and FAULT != _F_FP8_SCALE:
+        acc = acc * cv_scale
+
+    # ---- live suffix through the page table ----------------------------------------------------
+    # Live FP8 values: their scale goes on P (live tiles interleave with nothing else to fold it into).
+    LV_SCALE_P: tl.constexpr = LV_FP8 and FAULT != _F_FP8_SCALE
+    lk_base = lk_ptr + kvh * stride_lkh
+    lv_base = lv_ptr + kvh * stride_lvh
+    # Tiles every row sees in full (prefill only): no mask, no bounds checks.
+    for it in tl.range(0, n_live_full):
+        j = it * BLOCK_N + offs_n
+        page = tl.load(kv_indices_ptr + col_page0 + _page_slot(j, PAGE, FAULT)).to(tl.int64)
+        slot = j % PAGE
+        k = tl.load(lk_base + page[:, None] * stride_lkp + slot[:, None] * stride_lkt + offs_d[None, :])
+        v = tl.load(lv_base + page[:, None] * stride_lvp + slot[:, None] * stride_lvt + offs_d[None, :])
+        acc, m_i, l_i = _attend(
+            acc, m_i, l_i, q, k, v, 0, lv_scale, qk_scale, False, LV_FP8, LV_SCALE_P, DOT_F32, FAULT
+        )
+    # Tiles on the causal diagonal, at the end of a sequence, or (decode) shared by several requests.
+    n_iter = tl.cdiv(live_end, BN_R)
+    for it in tl.range(n_live_full, n_iter):
+        j = it * BN_R + offs_n % BN_R
+        col_ok = j < col_len
+        page = tl.load(kv_indices_ptr + col_page0 + _page_slot(j, PAGE, FAULT), mask=col_ok, other=0).to(tl.int64)
+        slot = j % PAGE
+        k = tl.load(
+            lk_base + page[:, None] * stride_lkp + slot[:, None] * stride_lkt + offs_d[None, :],
+            mask=col_ok[:, None],
+            other=0.0,
+        )
+        v = tl.load(
+            lv_base + page[:, None] * stride_lvp + slot[:, None] * stride_lvt + offs_d[None, :],
+            mask=col_ok[:, None],
+            other=0.0,
+        )
+        if FAULT == _F_CAUSAL_LEAK:
+            visible = (j[None, :] <= limit[:, None] + 1) & col_ok[None, :]  # test-only: one future token
+        elif FAULT == _F_CAUSAL_DIAG:
+            visible = j[None, :] < limit[:, None]  # test-only: a query misses its own position
+        else:
+            visible = j[None, :] <= limit[:, None]
+        if DECODE:
+            visible = visible & (col_req_local[None, :] == row_req_local[:, None])
+        acc, m_i, l_i = _attend(
+            acc, m_i, l_i, q, k, v, visible, lv_scale, qk_scale, True, LV_FP8, LV_SCALE_P, DOT_F32, FAULT
+        )
+
+    out = acc / l_i[:, None]
+    tl.store(
+        o_ptr + q_row[:, None].to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
+        out.to(o_ptr.dtype.element_ty),
+        mask=row_ok[:, None],
+    )

@@ -1,0 +1,511 @@
+"""Plan / run wrapper around the fused kernel (modelled on FlashInfer's wrapper split).
+
+``plan`` validates everything that does not change between layers (page table, lengths, dtypes, head
+counts), reads the page table once on the host and builds the device-side metadata. ``run`` checks the
+per-layer tensors against the plan and launches exactly one kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import torch
+
+from . import _kernel as K
+from .errors import NotPlannedError, UnsupportedArchitectureError, UnsupportedLayoutError
+from .faults import Fault
+from .paging import split_combined_kv
+
+__all__ = ["CartridgeAttention", "Plan"]
+
+_LOG2E = 1.4426950408889634
+
+
+def _dtype_name(dt: torch.dtype) -> str:
+    return str(dt).replace("torch.", "")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What ``plan`` fixed for the following ``run`` calls.
+
+    Attributes
+    ----------
+    mode : str
+        ``"decode"`` (one query per request, requests packed per program) or ``"prefill"``.
+    batch, total_q, max_live : int
+        Requests, query rows and the longest live suffix.
+    num_qo_heads, num_kv_heads, head_dim, page_size, cartridge_len : int
+        Problem shape.
+    q_dtype, cartridge_v_dtype, live_v_dtype : torch.dtype
+        Element types; keys (cartridge and live) have ``q_dtype``.
+    causal : bool
+        Bottom-right causal mask over the live suffix.
+    sm_scale : float
+        Softmax scale.
+    config : KernelConfig
+        Launch configuration.
+    grid : tuple of int
+        Launch grid ``(programs per KV head, H_kv)``.
+    fault : Fault
+        Test-only variant; ``Fault.NONE`` in production.
+    """
+
+    mode: str
+    batch: int
+    total_q: int
+    max_live: int
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    page_size: int
+    cartridge_len: int
+    q_dtype: torch.dtype
+    cartridge_v_dtype: torch.dtype
+    live_v_dtype: torch.dtype
+    causal: bool
+    sm_scale: float
+    config: K.KernelConfig
+    grid: tuple[int, int]
+    fault: Fault
+    max_page_index: int
+    device: torch.device
+    tensors: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
+
+
+def _as_host_ints(name: str, t: torch.Tensor, dim: int = 1) -> torch.Tensor:
+    if not isinstance(t, torch.Tensor):
+        raise UnsupportedLayoutError(name, "a torch.Tensor", type(t).__name__)
+    if t.dtype not in (torch.int32, torch.int64) or t.dim() != dim:
+        raise UnsupportedLayoutError(name, f"a {dim}-D int32/int64 tensor", f"{t.dim()}-D {_dtype_name(t.dtype)}")
+    return t.detach().to("cpu", torch.int64)
+
+
+def interpreter_usable() -> bool:
+    """Whether the Triton interpreter can run the kernel in this process.
+
+    Triton decides per ``@triton.jit`` at decoration time. If ``triton`` was imported before
+    ``TRITON_INTERPRET=1`` was set, its own library functions (``tl.cdiv``, ``tl.max``, ...) stay compiled-mode
+    objects that the interpreter cannot call, even though this package's kernel is interpreted.
+    """
+    from triton.language import standard
+
+    return K.INTERPRETED and type(standard.cdiv).__name__ == "InterpretedFunction"
+
+
+def check_device(device: torch.device, allow_unqualified_arch: bool = False) -> None:
+    """Reject devices outside the qualified envelope.
+
+    Parameters
+    ----------
+    device : torch.device
+        Where the tensors live. CPU is accepted only with ``TRITON_INTERPRET=1`` (tests).
+    allow_unqualified_arch : bool
+        Run on a CUDA GPU other than SM90 anyway (unqualified; numbers and speed are not vouched for).
+    """
+    if device.type == "cpu":
+        if not K.INTERPRETED:
+            raise UnsupportedArchitectureError(
+                "CPU tensors need the Triton interpreter (TRITON_INTERPRET=1 set before importing cartridge_attn);"
+                " that mode is for tests only"
+            )
+        if not interpreter_usable():
+            raise UnsupportedArchitectureError(
+                "TRITON_INTERPRET=1 was set after triton had been imported in this process, so Triton's own"
+                " library functions are not interpreted; set it before the first import of triton"
+            )
+        return
+    if device.type != "cuda":
+        raise UnsupportedArchitectureError(f"device: expected a CUDA device of SM90, got {device}")
+    if K.INTERPRETED:
+        return
+    cap = torch.cuda.get_device_capability(device)
+    if cap not in K.QUALIFIED_ARCHS and not allow_unqualified_arch:
+        raise UnsupportedArchitectureError(
+            f"device {torch.cuda.get_device_name(device)!r}: compute capability {cap[0]}.{cap[1]} is outside the"
+            f" qualified envelope {[f'{a}.{b}' for a, b in K.QUALIFIED_ARCHS]} (SM90: H100/H200);"
+            " pass allow_unqualified_arch=True to run unqualified"
+        )
+
+
+class CartridgeAttention:
+    """Fused attention over a shared cartridge followed by each request's paged live suffix.
+
+    One kernel launch per ``run``; one online-softmax state per (request, query head); no LSE, no merge.
+
+    Examples
+    --------
+    >>> attn = CartridgeAttention()
+    >>> attn.plan(qo_indptr, kv_indptr, kv_indices, kv_last_page_len, num_qo_heads=32, num_kv_heads=8,
+    ...           head_dim=128, page_size=8, cartridge_len=632)            # doctest: +SKIP
+    >>> out = attn.run(q, cartridge_k, cartridge_v, (live_k, live_v))    # doctest: +SKIP
+    """
+
+    def __init__(self) -> None:
+        self._plan: Plan | None = None
+        self._ones: dict[tuple[torch.device, int], torch.Tensor] = {}
+        self.last_compiled: Any = None
+
+    @property
+    def plan_info(self) -> Plan:
+        """The current plan; raises :class:`NotPlannedError` before :meth:`plan`."""
+        if self._plan is None:
+            raise NotPlannedError("CartridgeAttention.run/plan_info called before plan()")
+        return self._plan
+
+    # -----------------------------------------------------------------------------------------------
+    def plan(
+        self,
+        qo_indptr: torch.Tensor,
+        kv_indptr: torch.Tensor,
+        kv_indices: torch.Tensor,
+        kv_last_page_len: torch.Tensor,
+        *,
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        page_size: int,
+        cartridge_len: int,
+        q_dtype: torch.dtype = torch.bfloat16,
+        cartridge_k_dtype: torch.dtype | None = None,
+        cartridge_v_dtype: torch.dtype = torch.float8_e4m3fn,
+        live_k_dtype: torch.dtype | None = None,
+        live_v_dtype: torch.dtype | None = None,
+        causal: bool = True,
+        sm_scale: float | None = None,
+        kv_layout: str = "NHD",
+        mode: Literal["auto", "decode", "prefill"] = "auto",
+        config: K.KernelConfig | None = None,
+        device: torch.device | str | None = None,
+        allow_unqualified_arch: bool = False,
+        _fault: int = 0,
+    ) -> Plan:
+        """Validate a batch and precompute the launch.
+
+        Parameters
+        ----------
+        qo_indptr : torch.Tensor
+            ``(B + 1,)`` int; request ``b`` has queries ``qo_indptr[b]:qo_indptr[b + 1]`` (at least one).
+        kv_indptr, kv_indices, kv_last_page_len : torch.Tensor
+            Live page table, ``(B + 1,)``, ``(nnz,)``, ``(B,)`` int; every request has at least one live
+            token (see :mod:`cartridge_attn.paging`).
+        num_qo_heads, num_kv_heads, head_dim : int
+            ``num_qo_heads / num_kv_heads`` in {1, 2, 4, 8, 16}; ``head_dim`` in {64, 128}.
+        page_size : int
+            8 or 16 tokens.
+        cartridge_len : int
+            ``T_c``, a positive multiple of ``page_size``.
+        q_dtype : torch.dtype
+            bfloat16 or float16; cartridge and live keys must have the same dtype.
+        cartridge_k_dtype, live_k_dtype : torch.dtype or None
+            Key dtypes, checked against ``q_dtype`` (None means ``q_dtype``). FP8 keys are rejected.
+        cartridge_v_dtype : torch.dtype
+            ``torch.float8_e4m3fn`` (default) or ``q_dtype``.
+        live_v_dtype : torch.dtype or None
+            ``q_dtype`` (default when None) or ``torch.float8_e4m3fn``.
+        causal : bool
+            Bottom-right causal mask over the live suffix (every query sees the whole cartridge).
+        sm_scale : float or None
+            Softmax scale, ``1 / sqrt(head_dim)`` when None.
+        kv_layout : str
+            Only ``"NHD"``.
+        mode : {"auto", "decode", "prefill"}
+            ``auto`` picks decode when every request has exactly one query.
+        config : KernelConfig or None
+            Launch configuration; the tuned default when None.
+        device : torch.device, str or None
+            Device of the run tensors; ``kv_indices``' device when None.
+        allow_unqualified_arch : bool
+            Permit a CUDA GPU outside the qualified SM90 envelope.
+        _fault : int
+            TEST-ONLY: a :class:`cartridge_attn.faults.Fault` variant. Never set outside tests.
+
+        Returns
+        -------
+        Plan
+            Also kept on the wrapper for :meth:`run`.
+        """
+        if kv_layout != "NHD":
+            raise UnsupportedLayoutError(
+                "kv_layout", "'NHD' (pages of shape (num_pages, page_size, H_kv, D))", kv_layout
+            )
+        if num_kv_heads <= 0 or num_qo_heads % num_kv_heads:
+            raise UnsupportedLayoutError(
+                "num_qo_heads / num_kv_heads", "a positive integer group size", f"{num_qo_heads} / {num_kv_heads}"
+            )
+        group = num_qo_heads // num_kv_heads
+        if group not in K.SUPPORTED_GROUPS:
+            raise UnsupportedLayoutError("GQA group size", f"one of {K.SUPPORTED_GROUPS}", group)
+        if head_dim not in K.SUPPORTED_HEAD_DIMS:
+            raise UnsupportedLayoutError("head_dim", f"one of {K.SUPPORTED_HEAD_DIMS}", head_dim)
+        if page_size not in K.SUPPORTED_PAGE_SIZES:
+            raise UnsupportedLayoutError("page_size", f"one of {K.SUPPORTED_PAGE_SIZES}", page_size)
+        if cartridge_len <= 0 or cartridge_len % page_size:
+            raise UnsupportedLayoutError(
+                "cartridge_len",
+                f"a positive multiple of page_size={page_size} (the live suffix must start on a page boundary)",
+                cartridge_len,
+            )
+        if q_dtype not in K.SUPPORTED_Q_DTYPES:
+            raise UnsupportedLayoutError("q dtype", "bfloat16 or float16", _dtype_name(q_dtype))
+        for name, dt in (("cartridge K dtype", cartridge_k_dtype), ("live K dtype", live_k_dtype)):
+            if dt is not None and dt != q_dtype:
+                extra = " (FP8 keys are not supported)" if dt.itemsize == 1 else ""
+                raise UnsupportedLayoutError(name, f"{_dtype_name(q_dtype)}, the query dtype{extra}", _dtype_name(dt))
+        live_v_dtype = q_dtype if live_v_dtype is None else live_v_dtype
+        for name, dt in (("cartridge V dtype", cartridge_v_dtype), ("live V dtype", live_v_dtype)):
+            if dt not in (q_dtype, K.FP8_DTYPE):
+                raise UnsupportedLayoutError(name, f"float8_e4m3fn or {_dtype_name(q_dtype)}", _dtype_name(dt))
+        fault = Fault(_fault)
+
+        qo = _as_host_ints("qo_indptr", qo_indptr)
+        kvp = _as_host_ints("kv_indptr", kv_indptr)
+        kvi = _as_host_ints("kv_indices", kv_indices)
+        last = _as_host_ints("kv_last_page_len", kv_last_page_len)
+        batch = qo.numel() - 1
+        if batch < 1:
+            raise UnsupportedLayoutError("qo_indptr", "at least 2 entries (one request)", qo.numel())
+        if kvp.numel() != batch + 1 or last.numel() != batch:
+            raise UnsupportedLayoutError(
+                "kv_indptr / kv_last_page_len length",
+                f"{batch + 1} / {batch} (from qo_indptr)",
+                f"{kvp.numel()} / {last.numel()}",
+            )
+        if int(qo[0]) != 0 or int(kvp[0]) != 0:
+            raise UnsupportedLayoutError("qo_indptr[0], kv_indptr[0]", "0, 0", f"{int(qo[0])}, {int(kvp[0])}")
+        q_lens = qo[1:] - qo[:-1]
+        n_pages = kvp[1:] - kvp[:-1]
+        if bool((q_lens < 1).any()):
+            b = int(torch.nonzero(q_lens < 1)[0])
+            raise UnsupportedLayoutError(f"query length of request {b}", "at least 1", int(q_lens[b]))
+        if bool((n_pages < 1).any()):
+            b = int(torch.nonzero(n_pages < 1)[0])
+            raise UnsupportedLayoutError(
+                f"live tokens of request {b}", "at least 1 (zero live tokens are not supported)", 0
+            )
+        if bool(((last < 1) | (last > page_size)).any()):
+            b = int(torch.nonzero((last < 1) | (last > page_size))[0])
+            raise UnsupportedLayoutError(f"kv_last_page_len[{b}]", f"in [1, {page_size}]", int(last[b]))
+        if kvi.numel() < int(kvp[-1]):
+            raise UnsupportedLayoutError("kv_indices length", f"at least kv_indptr[-1] = {int(kvp[-1])}", kvi.numel())
+        used = kvi[: int(kvp[-1])]
+        if bool((used < 0).any()):
+            raise UnsupportedLayoutError("kv_indices", "non-negative page numbers", int(used.min()))
+        live = (n_pages - 1) * page_size + last
+        if causal and bool((q_lens > live).any()):
+            b = int(torch.nonzero(q_lens > live)[0])
+            raise UnsupportedLayoutError(
+                f"request {b}",
+                "query length <= live length (queries are the newest live tokens)",
+                f"{int(q_lens[b])} queries over {int(live[b])} live tokens",
+            )
+
+        dev = torch.device(device) if device is not None else kv_indices.device
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        check_device(dev, allow_unqualified_arch)
+
+        if mode == "auto":
+            mode = "decode" if bool((q_lens == 1).all()) else "prefill"
+        if mode == "decode" and not bool((q_lens == 1).all()):
+            raise UnsupportedLayoutError(
+                "mode='decode'", "exactly one query per request", f"query lengths {q_lens.tolist()}"
+            )
+        if mode not in ("decode", "prefill"):
+            raise UnsupportedLayoutError("mode", "'auto', 'decode' or 'prefill'", mode)
+
+        max_live = int(live.max())
+        if config is None:
+            if mode == "decode":
+                config = K.decode_config(group, head_dim, batch, max_live)
+            else:
+                config = K.prefill_config(group, head_dim, rows=int(qo[-1]) * group, num_kv_heads=num_kv_heads)
+        self._check_config(config, mode, group)
+
+        i32 = {"dtype": torch.int32, "device": dev}
+        tensors = {
+            "qo_indptr": qo.to(**i32),
+            "kv_indptr": kvp.to(**i32),
+            "kv_indices": used.to(**i32) if used.numel() else torch.zeros(1, **i32),
+            "kv_len": live.to(**i32),
+        }
+        if mode == "decode":
+            n_prog = -(-batch // config.reqs_per_program)
+            tensors["tile_req"] = torch.zeros(1, **i32)
+            tensors["tile_row"] = torch.zeros(1, **i32)
+        else:
+            reqs, rows, work = [], [], []
+            for b in range(batch):
+                n_rows = int(q_lens[b]) * group
+                for r0 in range(0, n_rows, config.block_m):
+                    tok_hi = min((r0 + config.block_m - 1) // group, int(q_lens[b]) - 1)
+                    keys = cartridge_len + (int(live[b]) - int(q_lens[b]) + tok_hi + 1 if causal else int(live[b]))
+                    reqs.append(b)
+                    rows.append(r0)
+                    work.append(keys)
+            # Longest tiles first, so that the last wave is made of short ones.
+            order = sorted(range(len(work)), key=lambda i: -work[i])
+            tensors["tile_req"] = torch.tensor([reqs[i] for i in order], **i32)
+            tensors["tile_row"] = torch.tensor([rows[i] for i in order], **i32)
+            n_prog = len(order)
+
+        self._plan = Plan(
+            mode=mode,
+            batch=batch,
+            total_q=int(qo[-1]),
+            max_live=max_live,
+            num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            page_size=page_size,
+            cartridge_len=cartridge_len,
+            q_dtype=q_dtype,
+            cartridge_v_dtype=cartridge_v_dtype,
+            live_v_dtype=live_v_dtype,
+            causal=causal,
+            sm_scale=float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(head_dim),
+            config=config,
+            grid=(n_prog, num_kv_heads),
+            fault=fault,
+            max_page_index=int(used.max()) if used.numel() else -1,
+            device=dev,
+            tensors=tensors,
+        )
+        return self._plan
+
+    @staticmethod
+    def _check_config(cfg: K.KernelConfig, mode: str, group: int) -> None:
+        def pow2(x: int) -> bool:
+            return x > 0 and x & (x - 1) == 0
+
+        if not (pow2(cfg.block_m) and pow2(cfg.block_n) and cfg.block_m >= 16 and cfg.block_n >= 16):
+            raise UnsupportedLayoutError("config block sizes", "powers of two >= 16", f"{cfg.block_m}x{cfg.block_n}")
+        if mode == "decode":
+            r = cfg.reqs_per_program
+            if not pow2(r) or r * group > cfg.block_m or cfg.block_n % r or cfg.block_n // r < 16:
+                raise UnsupportedLayoutError(
+                    "decode config",
+                    "reqs_per_program a power of two, reqs*group <= block_m, block_n/reqs >= 16",
+                    cfg.as_dict(),
+                )
+        elif cfg.reqs_per_program != 1:
+            raise UnsupportedLayoutError("prefill config reqs_per_program", "1", cfg.reqs_per_program)
+
+    # -----------------------------------------------------------------------------------------------
+    def _scale(
+        self, name: str, scale: torch.Tensor | float | None, is_fp8: bool, h_kv: int, dev: torch.device
+    ) -> torch.Tensor:
+        if scale is None:
+            key = (dev, h_kv)
+            if key not in self._ones:
+                self._ones[key] = torch.ones(h_kv, dtype=torch.float32, device=dev)
+            return self._ones[key]
+        if not is_fp8:
+            raise UnsupportedLayoutError(name, "None (a scale applies only to FP8 E4M3 values)", "a scale")
+        if isinstance(scale, (int, float)):
+            return torch.full((h_kv,), float(scale), dtype=torch.float32, device=dev)
+        if scale.numel() == 1:
+            return scale.reshape(1).to(device=dev, dtype=torch.float32).expand(h_kv).contiguous()
+        if scale.shape != (h_kv,):
+            raise UnsupportedLayoutError(name, f"a scalar or shape ({h_kv},)", tuple(scale.shape))
+        return scale.to(device=dev, dtype=torch.float32).contiguous()
+
+    @staticmethod
+    def _check_tensor(name: str, t: torch.Tensor, shape: tuple, dtype: torch.dtype, dev: torch.device) -> None:
+        if not isinstance(t, torch.Tensor):
+            raise UnsupportedLayoutError(name, "a torch.Tensor", type(t).__name__)
+        if t.dtype != dtype:
+            extra = " (FP8 keys are not supported)" if "K" in name and t.dtype.itemsize == 1 else ""
+            raise UnsupportedLayoutError(f"{name} dtype", f"{_dtype_name(dtype)}{extra}", _dtype_name(t.dtype))
+        if tuple(t.shape) != tuple(shape):
+            raise UnsupportedLayoutError(f"{name} shape", str(tuple(shape)), tuple(t.shape))
+        if t.device != dev:
+            raise UnsupportedLayoutError(f"{name} device", str(dev), str(t.device))
+        if t.stride(-1) != 1:
+            raise UnsupportedLayoutError(f"{name} innermost stride", "1 (head_dim contiguous)", t.stride(-1))
+
+    def run(
+        self,
+        q: torch.Tensor,
+        cartridge_k: torch.Tensor,
+        cartridge_v: torch.Tensor,
+        paged_kv: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+        *,
+        cartridge_v_scale: torch.Tensor | float | None = None,
+        live_v_scale: torch.Tensor | float | None = None,
+        out: torch.Tensor | None = None,
+        _fault: int | None = None,
+    ) -> torch.Tensor:
+        """Launch the fused kernel once.
+
+        Parameters
+        ----------
+        q : torch.Tensor
+            ``(total_q, H_q, D)`` in the planned ``q_dtype``.
+        cartridge_k : torch.Tensor
+            ``(T_c, H_kv, D)``, ``q_dtype``.
+        cartridge_v : torch.Tensor
+            ``(T_c, H_kv, D)``, the planned cartridge V dtype (FP8 E4M3 by default).
+        paged_kv : torch.Tensor or tuple of torch.Tensor
+            Live pages: ``(k, v)``, each ``(num_pages, page_size, H_kv, D)`` (vLLM), or FlashInfer's combined
+            ``(num_pages, 2, page_size, H_kv, D)`` (K and V then share a dtype). Any page stride.
+        cartridge_v_scale, live_v_scale : torch.Tensor, float or None
+            Per-KV-head scale ``(H_kv,)`` (or a scalar) for FP8 values; None means 1.
+        out : torch.Tensor or None
+            Caller-owned ``(total_q, H_q, D)`` output in ``q_dtype``; allocated when None.
+        _fault : int or None
+            TEST-ONLY override of the plan's fault variant.
+
+        Returns
+        -------
+        torch.Tensor
+            ``out``, ``(total_q, H_q, D)``.
+        """
+        p = self.plan_info
+        dev = p.device
+        if isinstance(paged_kv, torch.Tensor):
+            live_k, live_v = split_combined_kv(paged_kv)
+        else:
+            if len(paged_kv) != 2:
+                raise UnsupportedLayoutError(
+                    "paged_kv", "(k_pages, v_pages) or a 5-D combined tensor", f"{len(paged_kv)} items"
+                )
+            live_k, live_v = paged_kv
+        h_q, h_kv, d, t_c, ps = p.num_qo_heads, p.num_kv_heads, p.head_dim, p.cartridge_len, p.page_size
+        self._check_tensor("q", q, (p.total_q, h_q, d), p.q_dtype, dev)
+        self._check_tensor("cartridge K", cartridge_k, (t_c, h_kv, d), p.q_dtype, dev)
+        self._check_tensor("cartridge V", cartridge_v, (t_c, h_kv, d), p.cartridge_v_dtype, dev)
+        if live_k.dim() != 4:
+            raise UnsupportedLayoutError("live K pages", "4-D (num_pages, page_size, H_kv, D) NHD", tuple(live_k.shape))
+        n_pages = live_k.shape[0]
+        self._check_tensor("live K pages", live_k, (n_pages, ps, h_kv, d), p.q_dtype, dev)
+        self._check_tensor("live V pages", live_v, (n_pages, ps, h_kv, d), p.live_v_dtype, dev)
+        if p.max_page_index >= n_pages:
+            raise UnsupportedLayoutError("kv_indices", f"page numbers < num_pages = {n_pages}", p.max_page_index)
+        cv_scale = self._scale("cartridge_v_scale", cartridge_v_scale, p.cartridge_v_dtype == K.FP8_DTYPE, h_kv, dev)
+        lv_scale = self._scale("live_v_scale", live_v_scale, p.live_v_dtype == K.FP8_DTYPE, h_kv, dev)
+        if out is None:
+            out = torch.empty((p.total_q, h_q, d), dtype=p.q_dtype, device=dev)
+        else:
+            self._check_tensor("out", out, (p.total_q, h_q, d), p.q_dtype, dev)
+        fault = Fault(p.fault if _fault is None else _fault)
+        cfg = p.config
+        t = p.tensors
+        self.last_compiled = K.cartridge_attn_kernel[p.grid](
+            q, out, cartridge_k, cartridge_v, cv_scale, live_k, live_v, lv_scale,
+            t["qo_indptr"], t["kv_indptr"], t["kv_indices"], t["kv_len"], t["tile_req"], t["tile_row"],
+            p.batch, t_c, p.sm_scale * _LOG2E,
+            q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+            cartridge_k.stride(0), cartridge_k.stride(1), cartridge_v.stride(0), cartridge_v.stride(1),
+            live_k.stride(0), live_k.stride(1), live_k.stride(2),
+            live_v.stride(0), live_v.stride(1), live_v.stride(2),
+            GROUP=h_q // h_kv, HEAD_DIM=d, PAGE=ps,
+            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, REQS=cfg.reqs_per_program,
+            DECODE=p.mode == "decode", CAUSAL=p.causal,
+            CV_FP8=p.cartridge_v_dtype == K.FP8_DTYPE, LV_FP8=p.live_v_dtype == K.FP8_DTYPE,
+            DOT_F32=K.INTERPRETED, FAULT=int(fault),
+            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
+        )  # fmt: skip
+        return out

@@ -1,0 +1,90 @@
+"""Kernel identity for reports: which source, which compiler, which configuration, which binary.
+
+A report that quotes a number for "the fused kernel" must say exactly which kernel produced it: the
+sha256 of the kernel source file, the Triton version, the launch configuration, the sha256 of the
+compiled cubin and the compiler's resource report (registers, shared memory, spills).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+import triton
+
+from . import _kernel
+
+__all__ = ["compiled_identity", "kernel_identity", "source_sha256"]
+
+
+def source_sha256() -> str:
+    """sha256 of ``_kernel.py``, the file that holds the Triton source."""
+    return hashlib.sha256(Path(_kernel.__file__).read_bytes()).hexdigest()
+
+
+def compiled_identity(compiled: Any) -> dict[str, Any]:
+    """Binary facts of one compiled kernel (the object a Triton launch returns).
+
+    Parameters
+    ----------
+    compiled : triton.compiler.CompiledKernel or None
+        None (e.g. under the interpreter) gives an entry that says so.
+
+    Returns
+    -------
+    dict
+        ``cubin_sha256``, ``registers``, ``spills``, ``shared_bytes``, ``name``; None where unknown.
+    """
+    if compiled is None or not hasattr(compiled, "asm"):
+        return {
+            "cubin_sha256": None,
+            "registers": None,
+            "spills": None,
+            "shared_bytes": None,
+            "name": None,
+            "note": "no compiled binary (interpreter or not launched yet)",
+        }
+    # Handles (and n_regs / n_spills) are filled in lazily by the first launch.
+    init = getattr(compiled, "_init_handles", None)
+    if callable(init):
+        init()
+    cubin = compiled.asm.get("cubin") if hasattr(compiled.asm, "get") else None
+    meta = getattr(compiled, "metadata", None)
+    shared = getattr(meta, "shared", None) if meta is not None else None
+    return {
+        "cubin_sha256": hashlib.sha256(cubin).hexdigest() if isinstance(cubin, (bytes, bytearray)) else None,
+        "registers": getattr(compiled, "n_regs", None),
+        "spills": getattr(compiled, "n_spills", None),
+        "shared_bytes": shared,
+        "name": getattr(meta, "name", None) if meta is not None else None,
+        "target": str(getattr(meta, "target", "")) if meta is not None else None,
+    }
+
+
+def kernel_identity(attn: Any | None = None) -> dict[str, Any]:
+    """Identity of the kernel a :class:`CartridgeAttention` last launched.
+
+    Parameters
+    ----------
+    attn : CartridgeAttention or None
+        The wrapper; None reports only source and compiler.
+
+    Returns
+    -------
+    dict
+        ``source_sha256``, ``triton_version``, ``config``, ``mode``, ``fault`` and the fields of
+        :func:`compiled_identity`.
+    """
+    ident: dict[str, Any] = {
+        "kernel": "cartridge_attn_kernel",
+        "source_file": Path(_kernel.__file__).name,
+        "source_sha256": source_sha256(),
+        "triton_version": triton.__version__,
+        "interpreted": _kernel.INTERPRETED,
+    }
+    if attn is not None and getattr(attn, "_plan", None) is not None:
+        p = attn._plan
+        ident.update({"config": p.config.as_dict(), "mode": p.mode, "fault": int(p.fault)})
+        ident.update(compiled_identity(attn.last_compiled))
+    return ident

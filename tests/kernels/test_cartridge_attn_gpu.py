@@ -1,0 +1,123 @@
+"""The compiled kernel on an SM90 GPU: numerics against the fp32 reference, faults, identity.
+
+Every test draws fresh random inputs and poisons the output with NaN before the launch (see
+_cartridge_attn_check.run_fused), so an unwritten element or a NaN fails the comparison.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _cartridge_attn_check import assert_fault_caught, assert_matches, fault_problem, run_fused
+from cartridge_attn import decode_config, kernel_identity, prefill_config, random_problem
+from cartridge_attn.faults import Fault
+
+pytestmark = pytest.mark.gpu
+QWEN = {"num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128, "page_size": 8, "cartridge_len": 632}
+
+
+@pytest.fixture(autouse=True)
+def _sm90() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"qualified on SM90 only; this GPU is {torch.cuda.get_device_capability()}")
+
+
+CUDA = torch.device("cuda")
+
+
+V8, V16 = torch.float8_e4m3fn, torch.bfloat16
+
+
+@pytest.mark.parametrize(
+    ("cart_v", "reqs"),
+    [(V8, None), (V16, None), (V8, 1), (V8, 2), (V8, 4)],
+    ids=["k16v8-default", "k16v16-default", "k16v8-reqs1", "k16v8-reqs2", "k16v8-reqs4"],
+)
+def test_qwen_decode(cart_v: torch.dtype, reqs: int | None) -> None:
+    live = [1, 37, 300, 8, 129]
+    pr = random_problem([1] * 5, live, cartridge_v_dtype=cart_v, device=CUDA, **QWEN)
+    cfg = None if reqs is None else decode_config(4, 128, 5, 300, reqs=reqs)
+    o = run_fused(pr, config=cfg)
+    assert o.attn.plan_info.mode == "decode"
+    assert_matches(o)
+
+
+@pytest.mark.parametrize(
+    ("cart_v", "block_m"), [(V8, None), (V16, None), (V8, 64)], ids=["k16v8-default", "k16v16-default", "k16v8-bm64"]
+)
+def test_qwen_prefill_variable_lengths(cart_v: torch.dtype, block_m: int | None) -> None:
+    q_lens, live = [1, 17, 130, 64], [40, 17, 200, 64]
+    pr = random_problem(q_lens, live, cartridge_v_dtype=cart_v, device=CUDA, **QWEN)
+    cfg = None if block_m is None else prefill_config(4, 128, block_m=block_m)
+    o = run_fused(pr, config=cfg)
+    assert o.attn.plan_info.mode == "prefill"
+    assert_matches(o)
+
+
+@pytest.mark.parametrize(
+    "shape",
+    [
+        {"num_qo_heads": 16, "num_kv_heads": 2, "head_dim": 64, "page_size": 16, "cartridge_len": 64},
+        {"num_qo_heads": 8, "num_kv_heads": 8, "head_dim": 128, "page_size": 16, "cartridge_len": 48},
+        {"num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 64, "page_size": 8, "cartridge_len": 632},
+    ],
+    ids=["g8-d64-p16", "g1-d128-p16", "g4-d64-p8"],
+)
+@pytest.mark.parametrize("q_lens", [[1, 1, 1], [5, 1, 33]], ids=["decode", "prefill"])
+def test_other_shapes(shape: dict, q_lens: list[int]) -> None:
+    pr = random_problem(q_lens, [70, 3, 33], device=CUDA, **shape)
+    assert_matches(run_fused(pr))
+
+
+def test_fp16_live_fp8_values_combined_and_noncausal() -> None:
+    pr = random_problem(
+        [3, 1],
+        [50, 9],
+        dtype=torch.float16,
+        cartridge_v_dtype=torch.float16,
+        live_v_dtype=torch.float8_e4m3fn,
+        device=CUDA,
+        **QWEN,
+    )
+    assert_matches(run_fused(pr))
+    pr = random_problem([3, 1], [50, 9], combined=True, device=CUDA, **QWEN)
+    assert_matches(run_fused(pr, causal=False))
+
+
+def test_decode_and_prefill_paths_agree_and_repeat_bitwise() -> None:
+    pr = random_problem([1] * 7, [3, 90, 17, 1, 256, 64, 9], device=CUDA, **QWEN)
+    dec = run_fused(pr, mode="decode")
+    pre = run_fused(pr, mode="prefill")
+    assert_matches(dec)
+    assert_matches(pre)
+    again = run_fused(pr, mode="decode")
+    assert torch.equal(dec.out, again.out), "two launches on the same inputs differ: a race or uninitialised read"
+
+
+@pytest.mark.parametrize("fault", [f for f in Fault if f != Fault.NONE], ids=lambda f: f.name)
+def test_fault_variants_are_caught_on_gpu(fault: Fault) -> None:
+    pr = fault_problem(
+        int(fault),
+        CUDA,
+        num_qo_heads=32,
+        num_kv_heads=8,
+        head_dim=128,
+        page_size=8,
+        cartridge_len=64,
+        q_lens=[3, 9],
+        live_lens=[40, 65],
+    )
+    assert_matches(run_fused(pr))
+    assert_fault_caught(run_fused(pr, fault=int(fault)))
+
+
+def test_identity_reports_binary_and_resources() -> None:
+    pr = random_problem([1, 1], [9, 30], device=CUDA, **QWEN)
+    o = run_fused(pr)
+    ident = kernel_identity(o.attn)
+    assert len(ident["source_sha256"]) == 64
+    assert ident["cubin_sha256"] is not None and len(ident["cubin_sha256"]) == 64
+    assert ident["registers"] > 0 and ident["spills"] is not None and ident["shared_bytes"] > 0
+    assert ident["config"] == o.attn.plan_info.config.as_dict()

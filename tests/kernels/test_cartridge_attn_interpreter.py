@@ -1,0 +1,105 @@
+"""The fused kernel under the Triton interpreter (CPU): indexing, paging, masking, packing and faults.
+
+Numerics of the GPU build are covered by test_cartridge_attn_gpu.py; here every dot runs on fp32
+operands (the interpreter's bf16 dot is wrong), so these tests check *which* keys and values are
+combined, not the rounding of the matrix units. Shapes are tiny so that the file runs in about a minute
+on two cores.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _cartridge_attn_check import assert_fault_caught, assert_matches, fault_problem, run_fused
+from cartridge_attn import api, decode_config, prefill_config, random_problem
+from cartridge_attn.faults import Fault
+
+pytestmark = pytest.mark.skipif(
+    not api.interpreter_usable(),
+    reason="needs TRITON_INTERPRET=1 set before triton's first import (hosts without CUDA; otherwise the"
+    " subprocess test runs this file)",
+)
+CPU = torch.device("cpu")
+
+
+@pytest.mark.parametrize("reqs", [1, 2, 4])
+def test_decode_packs_requests(reqs: int) -> None:
+    # Uneven live lengths (1 token, several pages, one partial page) in one packed program.
+    pr = random_problem([1] * 5, [1, 30, 8, 17, 3], num_qo_heads=8, num_kv_heads=2, cartridge_len=24, device=CPU)
+    cfg = decode_config(4, 64, 5, 30, reqs=reqs, block_n=16 * reqs)
+    o = run_fused(pr, mode="decode", config=cfg)
+    assert o.attn.plan_info.grid == (-(-5 // reqs), 2)
+    assert_matches(o)
+
+
+@pytest.mark.parametrize(
+    ("q_lens", "live_lens", "block_m", "block_n"),
+    [
+        ([3, 1, 7], [5, 17, 9], 16, 16),  # tiles straddle tokens (G=4 rows per token) and pages
+        ([20], [40], 32, 16),  # several unmasked live tiles before the diagonal
+        ([6, 9], [6, 9], 16, 32),  # the suffix is the whole live sequence (fresh prefill)
+    ],
+)
+def test_prefill_causal(q_lens: list[int], live_lens: list[int], block_m: int, block_n: int) -> None:
+    pr = random_problem(q_lens, live_lens, cartridge_len=16, device=CPU)
+    o = run_fused(pr, mode="prefill", config=prefill_config(4, 64, block_m=block_m, block_n=block_n, num_warps=4))
+    assert_matches(o)
+
+
+def test_prefill_not_causal_page16_group1() -> None:
+    pr = random_problem([4, 2], [20, 35], num_qo_heads=2, num_kv_heads=2, page_size=16, cartridge_len=32, device=CPU)
+    o = run_fused(pr, mode="prefill", causal=False, config=prefill_config(1, 64, block_m=16, block_n=16, num_warps=4))
+    assert_matches(o)
+
+
+def test_decode_and_prefill_paths_agree() -> None:
+    pr = random_problem([1, 1, 1], [9, 2, 25], cartridge_len=8, device=CPU)
+    dec = run_fused(pr, mode="decode", config=decode_config(4, 64, 3, 25, reqs=2, block_n=32))
+    pre = run_fused(pr, mode="prefill", config=prefill_config(4, 64, block_m=16, block_n=16, num_warps=4))
+    assert_matches(dec)
+    assert_matches(pre)
+    torch.testing.assert_close(dec.out.float(), pre.out.float(), rtol=1e-2, atol=1e-2)
+
+
+@pytest.mark.parametrize(
+    ("cart_v", "live_v", "combined"),
+    [
+        (torch.float8_e4m3fn, torch.bfloat16, True),  # K16/V8 cartridge, FlashInfer combined live cache
+        (torch.bfloat16, torch.float8_e4m3fn, False),  # V16 cartridge, FP8 live V with scale
+    ],
+)
+def test_value_dtypes_and_layouts(cart_v: torch.dtype, live_v: torch.dtype, combined: bool) -> None:
+    pr = random_problem(
+        [2, 1], [11, 20], cartridge_v_dtype=cart_v, live_v_dtype=live_v, combined=combined, cartridge_len=16, device=CPU
+    )
+    assert_matches(run_fused(pr, config=prefill_config(4, 64, block_m=16, block_n=16, num_warps=4)))
+
+
+def test_fp16_head_dim_128() -> None:
+    pr = random_problem([1, 1], [9, 3], head_dim=128, dtype=torch.float16, cartridge_len=8, device=CPU)
+    assert_matches(run_fused(pr, config=decode_config(4, 128, 2, 9, reqs=2, block_n=32)))
+
+
+@pytest.mark.parametrize("fault", [f for f in Fault if f != Fault.NONE], ids=lambda f: f.name)
+def test_fault_variants_are_caught(fault: Fault) -> None:
+    pr = fault_problem(int(fault), CPU, cartridge_len=16)
+    cfg = prefill_config(4, 64, block_m=16, block_n=16, num_warps=4)
+    assert_matches(run_fused(pr, config=cfg))  # the same inputs pass with the production kernel
+    assert_fault_caught(run_fused(pr, config=cfg, fault=int(fault)))
+
+
+def test_fault_set_at_plan_time() -> None:
+    pr = fault_problem(int(Fault.STALE_PAGE_INDEX), CPU, cartridge_len=16)
+    from cartridge_attn import CartridgeAttention
+
+    attn = CartridgeAttention()
+    attn.plan(
+        *pr.page_table(),
+        config=prefill_config(4, 64, block_m=16, block_n=16, num_warps=4),
+        _fault=int(Fault.STALE_PAGE_INDEX),
+        **pr.plan_kwargs(),
+    )
+    assert attn.plan_info.fault == Fault.STALE_PAGE_INDEX
+    bad = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, **pr.run_kwargs())
+    good = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, _fault=0, **pr.run_kwargs())
+    assert (bad.float() - good.float()).norm() / good.float().norm() > 5e-2

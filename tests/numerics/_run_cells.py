@@ -1,0 +1,38 @@
+"""Run kernel_numerics cells of a gate file in this process and print one JSON line per item.
+
+Used by the tests in a subprocess, because the Triton interpreter must be chosen (TRITON_INTERPRET=1)
+before triton is first imported. argv: GATE_FILE FAULT [DEVICE]
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from qualify.compile import compile_gate_file
+from qualify.host import detect_host
+from qualify.registry import default_registry
+from qualify.runners.context import RunContext
+from qualify.runners.kernel_numerics import run
+
+
+def main() -> None:
+    gate_file, fault = sys.argv[1], int(sys.argv[2])
+    ctx = RunContext(host=detect_host(), seed=0, options={"kernel_fault": fault})
+    for item in compile_gate_file(gate_file, default_registry(include_plugins=False), env={}).items:
+        outcome = run(item, ctx)
+        failed = [c.name for c in outcome.checks if not c.passed]
+        print(
+            json.dumps(
+                {
+                    "item": item.name,
+                    "passed": outcome.passed,
+                    "failed": failed,
+                    **{k: outcome.measurements.get(k) for k in ("rel_l2", "max_abs_err", "nan_count", "violations")},
+                }
+            )
+        )
+
+
+if __name__ == "__main__":
+    main()
