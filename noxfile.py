@@ -38,7 +38,7 @@ def _install(session: nox.Session, *extras: str) -> None:
 @nox.session
 def tests(session: nox.Session) -> None:
     """The suite's own tests (CPU; GPU tests skip with a reason)."""
-    _install(session, "dev", "triton")
+    _install(session, "dev", "triton", "eval")
     session.run("pytest", "tests", *session.posargs)
 
 
@@ -66,7 +66,7 @@ def qualify(session: nox.Session) -> None:
     Without QUALIFY_SIGNING_KEY a development key is made under reports/.keys/ (git-ignored) and the
     report is marked non-release. Extra arguments go to `qualify run` (e.g. `-- --strict`).
     """
-    _install(session, "triton")
+    _install(session, "triton", "eval")
     args = ["qualify", "run", "--out", "reports"]
     if os.environ.get("QUALIFY_SIGNING_KEY"):
         args += ["--sign-key", os.environ["QUALIFY_SIGNING_KEY"]]

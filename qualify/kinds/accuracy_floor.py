@@ -85,7 +85,9 @@ def _lint(params: KindParams, gate_file: object) -> list[LintIssue]:
         issues.append(LintIssue(("workload",), f"unknown workload {params.workload!r} (known: {known})"))
     for i, floor in enumerate(params.floors):
         if not 0.0 < floor <= 1.0:
-            issues.append(LintIssue(("floors", i), f"a floor is a fraction of the reference score in (0, 1], got {floor}"))
+            issues.append(
+                LintIssue(("floors", i), f"a floor is a fraction of the reference score in (0, 1], got {floor}")
+            )
     if params.backend == "vllm" and {params.layout, params.reference_layout} - {"K16/V16", "K8/V8"}:
         issues.append(
             LintIssue(("backend",), "vLLM's kv_cache_dtype sets K and V together: only K16/V16 and K8/V8 run there")
