@@ -15,7 +15,7 @@ import torch
 from transformers import DynamicCache
 
 from qualify.quant.fp8 import Scaling, amax_scale, fake_quant_e4m3
-from qualify.quant.layouts import Layout
+from qualify.quant.layouts import Layout, UnknownLayoutError
 
 # (keys, values) -> (stored keys, stored values); tensors are (batch, kv_heads, tokens, head_dim).
 KVWriteTransform = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
@@ -53,7 +53,10 @@ class LayoutWrite:
 
 
 def layout_write(layout: Layout | str, scaling: Scaling | str = Scaling.NONE) -> LayoutWrite:
-    return LayoutWrite(Layout.parse(layout), Scaling.parse(scaling))
+    parsed = Layout.parse(layout)
+    if parsed.is_control:
+        raise UnknownLayoutError(f"{parsed} is the loss gate's positive-control layout, not a served KV layout")
+    return LayoutWrite(parsed, Scaling.parse(scaling))
 
 
 class TransformingCache(DynamicCache):

@@ -18,10 +18,10 @@ class ModelKVShape:
     @classmethod
     def from_hf_config(cls, config: object) -> ModelKVShape:
         """Read the KV shape of a Hugging Face decoder config (Llama, Qwen2/3, Mistral style)."""
-        heads = getattr(config, "num_attention_heads")
+        heads = config.num_attention_heads
         kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        head_dim = getattr(config, "head_dim", None) or getattr(config, "hidden_size") // heads
-        return cls(int(getattr(config, "num_hidden_layers")), int(kv_heads), int(head_dim))
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        return cls(int(config.num_hidden_layers), int(kv_heads), int(head_dim))
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ import torch
 
 from qualify.cartridge.types import Cartridge
 from qualify.errors import QualifyError
+from qualify.quant.fp4 import e2m1_amax_scale, fake_quant_e2m1
 from qualify.quant.fp8 import Scaling, amax_scale, fake_quant_e4m3
 
 # Axis of the KV heads in a cartridge tensor of shape (T, H_kv, D).
@@ -26,6 +27,8 @@ class Layout(Enum):
     K16_V8 = "K16/V8"
     K8_V16 = "K8/V16"
     K8_V8 = "K8/V8"
+    # Not a served layout: FP4 E2M1 keys (with the gate's scaling mode), the loss gate's positive control.
+    K4_V16 = "K4/V16"
 
     @property
     def key_bits(self) -> int:
@@ -42,6 +45,11 @@ class Layout(Enum):
     @property
     def values_fp8(self) -> bool:
         return self.value_bits == 8
+
+    @property
+    def is_control(self) -> bool:
+        """Only for proving a measurement can see key damage; never a storage format the server uses."""
+        return self.key_bits == 4
 
     @property
     def id(self) -> str:
@@ -64,7 +72,8 @@ class Layout(Enum):
         raise UnknownLayoutError(f"unknown KV layout {text!r}; known: {known}")
 
 
-ALL_LAYOUTS: tuple[Layout, ...] = tuple(Layout)
+# The layouts a server stores; the control layout is left out of payload tables and accuracy runs.
+ALL_LAYOUTS: tuple[Layout, ...] = tuple(layout for layout in Layout if not layout.is_control)
 
 
 @dataclass(frozen=True)
@@ -113,6 +122,22 @@ def _quantize_side(
     return tuple(out), tuple(saturated), tuple(scales)
 
 
+def _quantize_keys_fp4(
+    tensors: tuple[torch.Tensor, ...], scaling: Scaling
+) -> tuple[tuple[torch.Tensor, ...], tuple[int, ...], tuple[tuple[float, ...], ...]]:
+    out, saturated, scales = [], [], []
+    for t in tensors:
+        if scaling is Scaling.NONE:
+            scale = torch.ones(1)
+        else:
+            scale = e2m1_amax_scale(t, per_head=scaling is Scaling.PER_HEAD, head_axis=_HEAD_AXIS)
+        fq = fake_quant_e2m1(t, scale.to(t.device))
+        out.append(fq.values)
+        saturated.append(fq.saturated)
+        scales.append(tuple(float(v) for v in scale.reshape(-1).tolist()))
+    return tuple(out), tuple(saturated), tuple(scales)
+
+
 def apply_layout(
     cartridge: Cartridge, layout: Layout | str, scaling: Scaling | str = Scaling.NONE
 ) -> tuple[Cartridge, QuantStats]:
@@ -123,7 +148,10 @@ def apply_layout(
     """
     layout = Layout.parse(layout)
     scaling = Scaling.parse(scaling)
-    keys, sat_k, k_scales = _quantize_side(cartridge.keys, layout.keys_fp8, scaling)
+    if layout.is_control:
+        keys, sat_k, k_scales = _quantize_keys_fp4(cartridge.keys, scaling)
+    else:
+        keys, sat_k, k_scales = _quantize_side(cartridge.keys, layout.keys_fp8, scaling)
     values, sat_v, v_scales = _quantize_side(cartridge.values, layout.values_fp8, scaling)
     quantized = Cartridge(keys=keys, values=values, frozen_tokens=cartridge.frozen_tokens, source=cartridge.source)
     t, h, d = cartridge.keys[0].shape

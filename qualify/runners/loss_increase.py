@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 from pydantic import TypeAdapter
 
@@ -28,6 +29,7 @@ from qualify.models.spec import ModelSpec
 from qualify.quant.payload import payload_table
 from qualify.results import Check, InputRef, ItemOutcome, Table
 from qualify.runners.context import RunContext
+from qualify.stats.bootstrap import bootstrap_indices, ratio_of_sums_ci
 
 _MODEL_SPEC = TypeAdapter(ModelSpec)
 
@@ -68,18 +70,31 @@ def _check(r: LayoutResult, bound: float, params: LossIncreaseParams, n: int) ->
     )
 
 
-def _control_check(r: LayoutResult, minimum: float, params: LossIncreaseParams, n: int) -> Check:
+def _control_check(cmp: LayoutComparison, params: LossIncreaseParams, seed: int) -> Check:
+    control = params.positive_control
+    r = next(x for x in cmp.layouts if x.layout.value == control.layout)
+    n = cmp.reference.n_items
+    pct = round(params.confidence * 100)
+    if control.metric == "rel_increase":
+        observed, low, high, unit = r.rel_increase, r.ci_low, r.ci_high, "%"
+        statistic = f"relative eval-loss increase; paired bootstrap {pct}% CI over sequences"
+    else:
+        scores = next(s for s in cmp.items.by_layout if s.layout.value == control.layout)
+        indices = bootstrap_indices(n, np.random.default_rng(seed), params.n_resamples)
+        ci = ratio_of_sums_ci(scores.kl, cmp.items.tokens, indices, params.confidence)
+        observed, low, high, unit = ci.estimate, ci.low, ci.high, "nats"
+        statistic = f"KL(BF16 || layout) per answer token; bootstrap {pct}% CI over sequences"
     return Check(
-        name=f"positive control: {r.layout.value} must show key damage",
-        observed=r.rel_increase,
+        name=f"positive control: {control.layout} must show key damage ({control.metric})",
+        observed=observed,
         operator=">=",
-        threshold=minimum,
-        statistic="relative loss increase of a key-quantizing layout; if it does not fire the measurement is blind",
+        threshold=control.minimum,
+        statistic=statistic + "; if it does not fire the measurement is blind",
         n=n,
-        ci_low=r.ci_low,
-        ci_high=r.ci_high,
-        decided_on=r.ci_low if params.decide_on == "ci" else r.rel_increase,
-        unit="%",
+        ci_low=low,
+        ci_high=high,
+        decided_on=low if params.decide_on == "ci" else observed,
+        unit=unit,
     )
 
 
@@ -206,9 +221,7 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
     n = cmp.reference.n_items
     by_layout = {r.layout.value: r for r in cmp.layouts}
     checks = [_check(by_layout[name], bound, params, n) for name, bound in params.max_rel_increase.items()]
-    control = _control_check(
-        by_layout[params.positive_control.layout], params.positive_control.min_rel_increase, params, n
-    )
+    control = _control_check(cmp, params, ctx.seed)
     checks.append(control)
 
     measurements = _measurements(params, loaded, cmp, cartridge.num_tokens)
@@ -238,10 +251,10 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
         },
     )
     if not control.passed:
+        pc = params.positive_control
         raise InsensitiveMeasurementError(
-            f"{item.name}: the positive control {params.positive_control.layout} raised eval loss by "
-            f"{control.observed * 100:+.4f} % (decided on {control.value_decided * 100:+.4f} %), below the "
-            f"{params.positive_control.min_rel_increase * 100:.4f} % it must show: this measurement cannot see "
+            f"{item.name}: the positive control {pc.layout} showed {pc.metric} {control.observed:.4g} (decided on "
+            f"{control.value_decided:.4g}), below the {pc.minimum:.4g} it must show: this measurement cannot see "
             "key damage, so its other results prove nothing",
             outcome=outcome,
         )

@@ -237,7 +237,7 @@ def test_loss_increase_lint_checks_references(tmp_path: Path) -> None:
             workload: w
             checkpoint: run9
             max_rel_increase: {K16/V8: 0.001}
-            positive_control: {layout: K8/V8, min_rel_increase: 0.002}
+            positive_control: {layout: K8/V8, minimum: 0.002}
         """,
     )
     assert "workload 'w' has no cartridge 'run9' (known: run1)" in errors_of(p)

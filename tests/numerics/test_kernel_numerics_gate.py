@@ -34,6 +34,7 @@ gates:
   - id: small
     kind: kernel_numerics
     device: {device}
+    second_oracle: none
     repeats: 1
     num_qo_heads: 8
     num_kv_heads: 2
@@ -58,7 +59,8 @@ FAULTS = {
 def run_cells(tmp_path: Path, fault: int, device: str) -> list[dict]:
     gate = tmp_path / "small.yaml"
     gate.write_text(SMALL_CELLS.format(device=device))
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'kernels'}{os.pathsep}{ROOT}"}
+    paths = [str(ROOT / "kernels"), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(paths)}
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     proc = subprocess.run(

@@ -1,0 +1,117 @@
+"""The registry of implementation *sets* the perf gate can compare.
+
+A set groups implementations measured the same way by one `measure` function in a worker process:
+`kernel` (attention kernels, one decode step = num_layers attention calls) now; an `engine` set (vLLM in a
+fresh process per layout) plugs in later by registering another set whose `measure` drives the engine,
+with no change to the gate kind. Declarations only: nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from qualify.perf.metrics import METRICS
+
+RELEASE = "release"  # a gate's `baseline` naming the same candidate in the baseline signed report
+
+
+@dataclass(frozen=True)
+class Implementation:
+    name: str
+    description: str
+    metrics: frozenset[str]
+
+
+@dataclass(frozen=True)
+class ImplementationSet:
+    name: str
+    description: str
+    measure: str  # "module:function" taking a WorkRequest, returning a WorkResult; imported in the worker
+    implementations: tuple[Implementation, ...]
+
+    def get(self, name: str) -> Implementation:
+        for impl in self.implementations:
+            if impl.name == name:
+                return impl
+        known = ", ".join(i.name for i in self.implementations)
+        raise KeyError(f"implementation set {self.name!r} has no implementation {name!r}; choices: {known}")
+
+    def names(self) -> list[str]:
+        return [i.name for i in self.implementations]
+
+
+class ImplementationRegistry:
+    def __init__(self) -> None:
+        self._sets: dict[str, ImplementationSet] = {}
+
+    def register(self, impl_set: ImplementationSet) -> None:
+        if impl_set.name in self._sets:
+            raise ValueError(f"implementation set {impl_set.name!r} is registered twice")
+        names = [i.name for i in impl_set.implementations]
+        if not names:
+            raise ValueError(f"implementation set {impl_set.name!r} has no implementations")
+        dupes = sorted({n for n in names if names.count(n) > 1})
+        if dupes:
+            raise ValueError(f"implementation set {impl_set.name!r} names {dupes} twice")
+        if RELEASE in names:
+            raise ValueError(f"{RELEASE!r} is reserved for the release baseline, not an implementation name")
+        for impl in impl_set.implementations:
+            unknown = sorted(impl.metrics - set(METRICS))
+            if unknown:
+                raise ValueError(f"implementation {impl.name!r} declares unknown metrics {unknown}")
+        self._sets[impl_set.name] = impl_set
+
+    def get_set(self, name: str) -> ImplementationSet:
+        try:
+            return self._sets[name]
+        except KeyError:
+            raise KeyError(f"unknown implementation set {name!r}; choices: {', '.join(sorted(self._sets))}") from None
+
+    def __iter__(self) -> Iterator[ImplementationSet]:
+        return iter(self._sets[n] for n in sorted(self._sets))
+
+
+_BOTH = frozenset({"decode_tokens_per_s", "ttft_proxy_ms"})
+
+KERNEL_SET = ImplementationSet(
+    name="kernel",
+    description="attention kernels on the cartridge + paged live-suffix layout (one process per implementation)",
+    measure="qualify.perf.kernel_set:measure",
+    implementations=(
+        Implementation(
+            "fused-k16v8",
+            "this project's fused kernel over a shared cartridge (K BF16, V FP8 E4M3 per-head scales)",
+            _BOTH,
+        ),
+        Implementation(
+            "fused-k16v16",
+            "the same fused kernel with a BF16 cartridge V (separates the dtype effect from the fusion effect)",
+            _BOTH,
+        ),
+        Implementation(
+            "flashinfer-inject-bf16",
+            "ordinary injection: the BF16 cartridge copied into every request's pages, FlashInfer paged decode "
+            "and FA3 paged prefill (TTFT includes the copy)",
+            _BOTH,
+        ),
+        Implementation(
+            "flashinfer-inject-fp8",
+            "injection with global FP8 E4M3 K and V, FlashInfer paged decode (decode only: FlashInfer's FP8 "
+            "paged prefill is a separate JIT module this version does not build)",
+            frozenset({"decode_tokens_per_s"}),
+        ),
+        Implementation(
+            "flashinfer-cascade-bf16",
+            "FlashInfer MultiLevelCascadeAttentionWrapper: one shared cartridge level + per-request level, merged",
+            _BOTH,
+        ),
+    ),
+)
+
+
+def default_implementations() -> ImplementationRegistry:
+    """A fresh registry of the built-in implementation sets (built per call: no module-level state)."""
+    registry = ImplementationRegistry()
+    registry.register(KERNEL_SET)
+    return registry

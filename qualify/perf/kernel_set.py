@@ -1,0 +1,391 @@
+"""The `kernel` implementation set: attention kernels timed over one decode step / one TTFT proxy.
+
+Every implementation serves the same problem: a 632-position (by default) cartridge shared by `batch`
+requests, each with its own paged live suffix, `num_layers` attention layers per step.
+
+* fused-k16v8 / fused-k16v16: `cartridge_attn.CartridgeAttention`, one launch per layer over cartridge +
+  live pages (live pages handed out in a shuffled order, as a pool allocator would).
+* flashinfer-inject-bf16 / -fp8: the cartridge copied into each request's first pages
+  (`cartridge_attn.build_injection_layout`); FlashInfer's paged decode; for TTFT, the copy of the
+  cartridge into the new requests' pages followed by FA3 paged prefill over the suffix.
+* flashinfer-cascade-bf16: `MultiLevelCascadeAttentionWrapper`, shared cartridge level + per-request level.
+
+With `l2_cold`, each layer has its own buffers (a real forward pass does not find the previous layer's
+K/V in the 50 MB L2); otherwise all layers reuse one set. KV append (writing the new tokens' K/V) is left out
+for every implementation alike.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from qualify.perf import bytes_model
+from qualify.perf.gpu_info import device_facts, read_clocks, versions
+from qualify.perf.metrics import Metric, metric
+from qualify.perf.ncu import range_name
+from qualify.perf.spec import Cell, ShapeSet, WorkRequest, WorkResult
+from qualify.perf.timing import copy_bandwidth_bytes_per_s, time_step
+
+_WORKSPACE_BYTES = 128 * 1024**2
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    shape: ShapeSet
+    metric: Metric
+    batch: int
+    suffix: int
+    q_len: int
+    live: int
+    n_sets: int  # distinct per-layer buffer sets
+    redundant: int
+    device: torch.device
+    seed: int
+
+
+@dataclass
+class Built:
+    calls: list[Callable[[], object]]  # one per layer, each already repeating `redundant` times
+    keep: list[Any] = field(default_factory=list)  # buffers and wrappers the calls use
+    identity: Callable[[], dict[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class PageTable:
+    qo_indptr: torch.Tensor
+    kv_indptr: torch.Tensor
+    kv_indices: torch.Tensor
+    kv_last_page_len: torch.Tensor
+    num_pages: int
+
+
+def page_table(spec: CellSpec, *, shuffle: bool) -> PageTable:
+    page = spec.shape.page_size
+    n = -(-spec.live // page)
+    gen = torch.Generator()
+    gen.manual_seed(spec.seed)
+    order = torch.randperm(spec.batch * n, generator=gen) if shuffle else torch.arange(spec.batch * n)
+    i32 = {"dtype": torch.int32, "device": spec.device}
+    return PageTable(
+        qo_indptr=torch.arange(0, spec.batch * spec.q_len + 1, spec.q_len, **i32),
+        kv_indptr=torch.arange(0, spec.batch * n + 1, n, **i32),
+        kv_indices=order.to(**i32),
+        kv_last_page_len=torch.full((spec.batch,), spec.live - (n - 1) * page, **i32),
+        num_pages=spec.batch * n,
+    )
+
+
+def _randn(spec: CellSpec, *shape: int, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+    return torch.randn(*shape, device=spec.device, dtype=torch.float32).to(dtype)
+
+
+def _live_pages(spec: CellSpec, pt: PageTable) -> tuple[torch.Tensor, torch.Tensor]:
+    s = spec.shape
+    return (
+        _randn(spec, pt.num_pages, s.page_size, s.num_kv_heads, s.head_dim),
+        _randn(spec, pt.num_pages, s.page_size, s.num_kv_heads, s.head_dim),
+    )
+
+
+def _layer_calls(spec: CellSpec, one: Callable[[int], Callable[[], object]]) -> list[Callable[[], object]]:
+    def repeated(i: int) -> Callable[[], object]:
+        f = one(i % spec.n_sets)
+
+        def call() -> None:
+            for _ in range(spec.redundant):
+                f()
+
+        return call
+
+    return [repeated(i) for i in range(spec.shape.num_layers)]
+
+
+# -- fused ----------------------------------------------------------------------------------------------
+def _fused(spec: CellSpec, fi: Any, *, v_fp8: bool) -> Built:
+    import cartridge_attn as ca
+
+    s = spec.shape
+    pt = page_table(spec, shuffle=True)
+    attn = ca.CartridgeAttention()
+    attn.plan(
+        pt.qo_indptr,
+        pt.kv_indptr,
+        pt.kv_indices,
+        pt.kv_last_page_len,
+        num_qo_heads=s.num_qo_heads,
+        num_kv_heads=s.num_kv_heads,
+        head_dim=s.head_dim,
+        page_size=s.page_size,
+        cartridge_len=s.cartridge_len,
+        q_dtype=torch.bfloat16,
+        cartridge_v_dtype=torch.float8_e4m3fn if v_fp8 else torch.bfloat16,
+        causal=True,
+    )
+    sets = []
+    for _ in range(spec.n_sets):
+        cart_v = torch.randn(s.cartridge_len, s.num_kv_heads, s.head_dim, device=spec.device)
+        scale = None
+        if v_fp8:
+            scale = 0.5 + torch.rand(s.num_kv_heads, device=spec.device)
+            cart_v = (cart_v / scale[:, None]).to(torch.float8_e4m3fn)
+        else:
+            cart_v = cart_v.to(torch.bfloat16)
+        live_k, live_v = _live_pages(spec, pt)
+        q = _randn(spec, spec.batch * spec.q_len, s.num_qo_heads, s.head_dim)
+        sets.append(
+            {
+                "q": q,
+                "cart_k": _randn(spec, s.cartridge_len, s.num_kv_heads, s.head_dim),
+                "cart_v": cart_v,
+                "scale": scale,
+                "live": (live_k, live_v),
+                "out": torch.empty_like(q),
+            }
+        )
+
+    def one(i: int) -> Callable[[], object]:
+        lay = sets[i]
+        return lambda: attn.run(
+            lay["q"], lay["cart_k"], lay["cart_v"], lay["live"], cartridge_v_scale=lay["scale"], out=lay["out"]
+        )
+
+    return Built(_layer_calls(spec, one), keep=[attn, sets, pt], identity=lambda: ca.kernel_identity(attn))
+
+
+# -- FlashInfer ---------------------------------------------------------------------------------------
+def _injection_caches(spec: CellSpec, pt: PageTable) -> tuple[list[Any], list[torch.Tensor]]:
+    """Per set: the injection layout (BF16) and the cartridge's own pages (the copy's source)."""
+    import cartridge_attn as ca
+
+    s = spec.shape
+    layouts, carts = [], []
+    n_cart = s.cartridge_len // s.page_size
+    for _ in range(spec.n_sets):
+        live_k, live_v = _live_pages(spec, pt)
+        lay = ca.build_injection_layout(
+            _randn(spec, s.cartridge_len, s.num_kv_heads, s.head_dim),
+            _randn(spec, s.cartridge_len, s.num_kv_heads, s.head_dim),
+            live_k,
+            live_v,
+            pt.kv_indptr,
+            pt.kv_indices,
+            pt.kv_last_page_len,
+        )
+        del live_k, live_v
+        layouts.append(lay)
+        carts.append(lay.kv_cache[:n_cart].clone())
+    return layouts, carts
+
+
+def _inject(spec: CellSpec, fi: Any, *, fp8: bool) -> Built:
+    s = spec.shape
+    pt = page_table(spec, shuffle=False)
+    layouts, carts = _injection_caches(spec, pt)
+    kv_dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    caches = [lay.kv_cache.to(kv_dtype) if fp8 else lay.kv_cache for lay in layouts]
+    lay0 = layouts[0]
+    del layouts  # the FP8 copies replace the BF16 caches; lay0 keeps the page table
+    ws = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=spec.device)
+    heads = (s.num_qo_heads, s.num_kv_heads, s.head_dim, s.page_size)
+    qs = [_randn(spec, spec.batch * spec.q_len, s.num_qo_heads, s.head_dim) for _ in range(spec.n_sets)]
+    outs = [torch.empty_like(q) for q in qs]
+    if spec.metric.phase == "decode":
+        w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
+        w.plan(
+            lay0.kv_indptr, lay0.kv_indices, lay0.kv_last_page_len, *heads,
+            q_data_type=torch.bfloat16, kv_data_type=kv_dtype,
+        )  # fmt: skip
+
+        def one(i: int) -> Callable[[], object]:
+            return lambda: w.run(qs[i], caches[i], out=outs[i])
+
+        return Built(_layer_calls(spec, one), keep=[ws, w, caches, qs, outs, lay0])
+    if fp8:
+        raise ValueError("flashinfer-inject-fp8 has no TTFT implementation (decode only)")
+    w = fi.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend="fa3")
+    w.plan(
+        pt.qo_indptr, lay0.kv_indptr, lay0.kv_indices, lay0.kv_last_page_len, *heads,
+        causal=True, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16,
+    )  # fmt: skip
+    n_cart = s.cartridge_len // s.page_size
+    pages_per_req = n_cart + -(-spec.live // s.page_size)
+
+    def one_ttft(i: int) -> Callable[[], object]:
+        # Every request has the same page count, so its first n_cart pages form one strided view.
+        dst = caches[i].view(spec.batch, pages_per_req, *caches[i].shape[1:])[:, :n_cart]
+        src = carts[i].unsqueeze(0).expand_as(dst)
+
+        def f() -> None:
+            dst.copy_(src)
+            w.run(qs[i], caches[i], out=outs[i])
+
+        return f
+
+    return Built(_layer_calls(spec, one_ttft), keep=[ws, w, caches, carts, qs, outs, lay0])
+
+
+def _cascade(spec: CellSpec, fi: Any) -> Built:
+    import cartridge_attn as ca
+
+    s = spec.shape
+    pt = page_table(spec, shuffle=False)
+    layouts = []
+    for _ in range(spec.n_sets):
+        live_k, live_v = _live_pages(spec, pt)
+        layouts.append(
+            ca.build_cascade_layout(
+                _randn(spec, s.cartridge_len, s.num_kv_heads, s.head_dim),
+                _randn(spec, s.cartridge_len, s.num_kv_heads, s.head_dim),
+                live_k,
+                live_v,
+                pt.kv_indptr,
+                pt.kv_indices,
+                pt.kv_last_page_len,
+            )
+        )
+        del live_k, live_v
+    c0 = layouts[0]
+    ws = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=spec.device)
+    w = fi.MultiLevelCascadeAttentionWrapper(2, ws, "NHD")
+    total_q = spec.batch * spec.q_len
+    w.plan(
+        [torch.tensor([0, total_q], dtype=torch.int32, device=spec.device), pt.qo_indptr],
+        [c0.shared_indptr, c0.unique_indptr],
+        [c0.shared_indices, c0.unique_indices],
+        [c0.shared_last_page_len, c0.unique_last_page_len],
+        s.num_qo_heads, s.num_kv_heads, s.head_dim, s.page_size,
+        causal=True, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16,
+    )  # fmt: skip
+    qs = [_randn(spec, total_q, s.num_qo_heads, s.head_dim) for _ in range(spec.n_sets)]
+
+    def one(i: int) -> Callable[[], object]:
+        return lambda: w.run(qs[i], layouts[i].kv_cache)
+
+    return Built(_layer_calls(spec, one), keep=[ws, w, layouts, qs])
+
+
+Builder = Callable[[CellSpec, Any], Built]
+
+BUILDERS: dict[str, tuple[Builder, bool]] = {  # name -> (builder, needs FlashInfer)
+    "fused-k16v8": (lambda spec, fi: _fused(spec, fi, v_fp8=True), False),
+    "fused-k16v16": (lambda spec, fi: _fused(spec, fi, v_fp8=False), False),
+    "flashinfer-inject-bf16": (lambda spec, fi: _inject(spec, fi, fp8=False), True),
+    "flashinfer-inject-fp8": (lambda spec, fi: _inject(spec, fi, fp8=True), True),
+    "flashinfer-cascade-bf16": (_cascade, True),
+}
+
+
+def _builder(name: str) -> tuple[Builder, bool]:
+    try:
+        return BUILDERS[name]
+    except KeyError:
+        raise KeyError(f"kernel set has no builder for {name!r}; choices: {', '.join(BUILDERS)}") from None
+
+
+def _cell_bytes(name: str, spec: CellSpec) -> int:
+    s = spec.shape
+    shape = bytes_model.AttentionShape(s.num_qo_heads, s.num_kv_heads, s.head_dim, s.cartridge_len)
+    layout = bytes_model.LAYOUTS[name]
+    if spec.metric.phase == "decode":
+        one = bytes_model.decode_step_bytes(layout, shape, s.num_layers, spec.batch, spec.live)
+    else:
+        one = bytes_model.ttft_bytes(layout, shape, s.num_layers, spec.batch, spec.suffix)
+    return one * spec.redundant
+
+
+def _profile_once(built: Built, name: str) -> None:
+    call = built.calls[0]
+    call()  # compile / JIT outside the profiled window
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(name)
+    torch.cuda.profiler.start()
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.profiler.stop()
+    torch.cuda.nvtx.range_pop()
+
+
+def measure(request: WorkRequest) -> WorkResult:
+    """Measure one implementation over every (suffix, batch, metric) of the request's shape set."""
+    started = time.perf_counter()
+    shape, timing, options = request.shape_set(), request.timing_config(), request.implementation_options()
+    builder, needs_fi = _builder(request.implementation)
+    fi = None
+    if needs_fi:
+        import flashinfer as fi  # type: ignore[no-redef]
+    device = torch.device("cuda", 0)
+    torch.manual_seed(request.seed)
+    peak = None if request.profile else copy_bandwidth_bytes_per_s(device)
+    clocks_before = read_clocks()
+    cells: list[Cell] = []
+    identity = None
+    seed = request.seed
+    for suffix in shape.suffixes:
+        for batch in shape.batches:
+            for metric_name in request.metrics:
+                m = metric(metric_name)
+                decode = m.phase == "decode"
+                seed += 1
+                spec = CellSpec(
+                    shape=shape,
+                    metric=m,
+                    batch=batch,
+                    suffix=suffix,
+                    q_len=1 if decode else suffix,
+                    live=shape.decode_live(suffix) if decode else suffix,
+                    n_sets=shape.num_layers if timing.l2_cold and not request.profile else 1,
+                    redundant=options.redundant_launches,
+                    device=device,
+                    seed=seed,
+                )
+                built = builder(spec, fi)
+                if request.profile:
+                    _profile_once(built, range_name(metric_name, batch, suffix))
+                else:
+                    t = time_step(
+                        built.calls,
+                        warmups=timing.warmups,
+                        repetitions=timing.repetitions,
+                        cuda_graph=timing.cuda_graph,
+                    )
+                    samples = [batch / (ms / 1000.0) for ms in t.samples_ms] if decode else list(t.samples_ms)
+                    moved = _cell_bytes(request.implementation, spec)
+                    pct = bytes_model.pct_of_peak(moved, statistics.median(t.samples_ms) / 1000.0, peak)
+                    cells.append(
+                        Cell(
+                            metric=m.name,
+                            batch=batch,
+                            suffix=suffix,
+                            live=spec.live,
+                            samples=samples,
+                            step_ms=list(t.samples_ms),
+                            bytes_moved=moved,
+                            pct_peak_bw=pct,
+                            method=t.method,
+                            detail={"layers": shape.num_layers, "buffer_sets": spec.n_sets, "q_len": spec.q_len},
+                        )
+                    )
+                if identity is None and built.identity is not None:
+                    identity = built.identity()
+                del built
+                torch.cuda.synchronize()
+                torch.cuda.empty_cache()
+    return WorkResult(
+        implementation_set=request.implementation_set,
+        implementation=request.implementation,
+        options=options.model_dump(),
+        cells=cells,
+        gpu=device_facts(),
+        clocks={"before": clocks_before, "after": read_clocks()},
+        versions=versions(),
+        identity=identity,
+        peak_bandwidth_tbps=None if peak is None else peak / 1e12,
+        wall_s=time.perf_counter() - started,
+        notes=[m.description for m in map(metric, request.metrics)],
+    )

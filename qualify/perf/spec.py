@@ -1,0 +1,126 @@
+"""What the gate asks a worker to measure, and what the worker answers (JSON across a process boundary).
+
+No torch here: the gate kind's fields reuse these models, and linting must not import a GPU stack.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from qualify.perf.metrics import MetricName
+from qualify.schema.models import StrictModel
+
+
+class ShapeSet(StrictModel):
+    """One model's attention shape with the batches and suffixes one worker process measures together.
+
+    `suffixes` are the live (per-request) prompt tokens after the cartridge: TTFT prefills them; decode
+    runs at `suffix + generated_tokens // 2` live tokens (the middle of the generated tokens).
+    """
+
+    id: str
+    model: str = "Qwen3-8B"
+    num_layers: int = Field(default=36, ge=1)
+    num_qo_heads: int = Field(default=32, ge=1)
+    num_kv_heads: int = Field(default=8, ge=1)
+    head_dim: int = Field(default=128, ge=16)
+    page_size: int = Field(default=8, ge=1)
+    cartridge_len: int = Field(default=632, ge=1)
+    batches: list[int] = Field(min_length=1)
+    suffixes: list[int] = Field(min_length=1)
+    generated_tokens: int = Field(default=32, ge=1)
+
+    @model_validator(mode="after")
+    def _positive(self) -> ShapeSet:
+        if any(b < 1 for b in self.batches) or any(s < 1 for s in self.suffixes):
+            raise ValueError("batches and suffixes must be positive")
+        if len(set(self.batches)) != len(self.batches) or len(set(self.suffixes)) != len(self.suffixes):
+            raise ValueError("batches and suffixes must not repeat")
+        return self
+
+    def decode_live(self, suffix: int) -> int:
+        return suffix + self.generated_tokens // 2
+
+
+class Timing(StrictModel):
+    """How each cell is timed. `l2_cold` gives every layer its own buffers so a layer's data is not in L2."""
+
+    warmups: int = Field(default=2, ge=0, le=100)
+    repetitions: int = Field(default=5, ge=2, le=1000)
+    l2_cold: bool = True
+    cuda_graph: bool = True
+    confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
+    n_resamples: int = Field(default=4000, ge=200)
+    worker_timeout_s: float = Field(default=600.0, gt=0)
+
+
+class ImplementationOptions(StrictModel):
+    """Per-implementation knobs. `redundant_launches` > 1 repeats every attention call: real extra GPU work,
+    for showing that the gate flags a slowed candidate. Never set it in a release gate."""
+
+    redundant_launches: int = Field(default=1, ge=1, le=8)
+
+
+class _Wire(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class WorkRequest(_Wire):
+    """One worker process: one implementation over the whole shape set."""
+
+    implementation_set: str
+    implementation: str
+    measure: str  # "module:function" the worker imports; resolved by the parent from the registry
+    options: dict[str, Any] = Field(default_factory=dict)
+    metrics: list[MetricName]
+    shape: dict[str, Any]
+    timing: dict[str, Any]
+    seed: int = 0
+    profile: bool = False  # one eager call per cell, bracketed for Nsight Compute, no timing
+
+    def shape_set(self) -> ShapeSet:
+        return ShapeSet.model_validate(self.shape)
+
+    def timing_config(self) -> Timing:
+        return Timing.model_validate(self.timing)
+
+    def implementation_options(self) -> ImplementationOptions:
+        return ImplementationOptions.model_validate(self.options)
+
+
+class Cell(_Wire):
+    """One (metric, batch, suffix) of one implementation: the per-repetition samples in the metric's unit."""
+
+    metric: MetricName
+    batch: int
+    suffix: int
+    live: int  # live tokens per request the attention ran over
+    samples: list[float]
+    step_ms: list[float]  # the timed quantity per repetition (decode step or TTFT proxy), in ms
+    bytes_moved: int
+    pct_peak_bw: float | None = None
+    method: str = ""  # "cuda-graph" or "eager (...)"
+    detail: dict[str, Any] = Field(default_factory=dict)
+
+
+class WorkResult(_Wire):
+    implementation_set: str
+    implementation: str
+    options: dict[str, Any]
+    cells: list[Cell]
+    gpu: dict[str, Any] = Field(default_factory=dict)
+    clocks: dict[str, Any] = Field(default_factory=dict)  # {"before": [...], "after": [...]} from nvidia-smi
+    versions: dict[str, Any] = Field(default_factory=dict)
+    identity: dict[str, Any] | None = None  # kernel identity of the fused kernel
+    peak_bandwidth_tbps: float | None = None
+    wall_s: float = 0.0
+    notes: list[str] = Field(default_factory=list)
+
+    def cell(self, metric: str, batch: int, suffix: int) -> Cell:
+        for c in self.cells:
+            if (c.metric, c.batch, c.suffix) == (metric, batch, suffix):
+                return c
+        have = ", ".join(f"{c.metric}/b{c.batch}/s{c.suffix}" for c in self.cells) or "none"
+        raise KeyError(f"{self.implementation}: no cell {metric}/b{batch}/s{suffix} (measured: {have})")

@@ -1,0 +1,134 @@
+"""The perf comparison table of a report, and the run-to-run check of two reports.
+
+python -m qualify.perf.summary REPORT.json                 # the table
+python -m qualify.perf.summary RUN1.json RUN2.json         # both, then: is each run's ratio inside the
+                                                           # other's CI? (exit 1 when some are not)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qualify.failure import format_table
+
+COLUMNS = ["item", "status", "candidate", "baseline", "cand median", "base median", "ratio", "CI", "thr", "decision"]
+
+
+def _g(x: Any) -> str:
+    return f"{x:.4g}" if isinstance(x, int | float) else "-"
+
+
+def perf_items(report: dict[str, Any]) -> list[dict[str, Any]]:
+    return [i for i in report.get("items", []) if i.get("kind") == "perf_nonregression"]
+
+
+def table_rows(report: dict[str, Any]) -> list[list[str]]:
+    rows = []
+    for item in perf_items(report):
+        m = item.get("measurements") or {}
+        if "ratio" not in m:
+            rows.append([item["name"], item["status"], *(["-"] * 7), (item.get("reason") or "")[:60]])
+            continue
+        op = ">=" if m.get("direction") == "higher" else "<="
+        rows.append(
+            [
+                item["name"],
+                item["status"],
+                str(m.get("candidate")),
+                str(m.get("baseline")),
+                f"{_g(m.get('candidate_median'))} {m.get('unit', '')}",
+                f"{_g(m.get('baseline_median'))} {m.get('unit', '')}",
+                _g(m.get("ratio")),
+                f"[{_g(m.get('ci_low'))}, {_g(m.get('ci_high'))}]",
+                f"{op} {_g(m.get('threshold'))}",
+                str(m.get("decision")),
+            ]
+        )
+    return rows
+
+
+@dataclass(frozen=True)
+class RunToRun:
+    item: str
+    ratio_a: float
+    ci_a: tuple[float, float]
+    ratio_b: float
+    ci_b: tuple[float, float]
+
+    @property
+    def a_in_b(self) -> bool:
+        return self.ci_b[0] <= self.ratio_a <= self.ci_b[1]
+
+    @property
+    def b_in_a(self) -> bool:
+        return self.ci_a[0] <= self.ratio_b <= self.ci_a[1]
+
+    @property
+    def consistent(self) -> bool:
+        return self.a_in_b and self.b_in_a
+
+
+def run_to_run(a: dict[str, Any], b: dict[str, Any]) -> list[RunToRun]:
+    """Items measured in both runs, matched by name (release items are skipped: their baseline differs)."""
+    measured_b = {i["name"]: i["measurements"] for i in perf_items(b) if "ratio" in (i.get("measurements") or {})}
+    out = []
+    for item in perf_items(a):
+        ma = item.get("measurements") or {}
+        mb = measured_b.get(item["name"])
+        if "ratio" not in ma or mb is None or str(ma.get("baseline", "")).startswith("release"):
+            continue
+        out.append(
+            RunToRun(
+                item=item["name"],
+                ratio_a=ma["ratio"],
+                ci_a=(ma["ci_low"], ma["ci_high"]),
+                ratio_b=mb["ratio"],
+                ci_b=(mb["ci_low"], mb["ci_high"]),
+            )
+        )
+    return out
+
+
+def run_to_run_rows(pairs: Sequence[RunToRun]) -> list[list[str]]:
+    return [
+        [
+            p.item,
+            _g(p.ratio_a),
+            f"[{_g(p.ci_a[0])}, {_g(p.ci_a[1])}]",
+            _g(p.ratio_b),
+            f"[{_g(p.ci_b[0])}, {_g(p.ci_b[1])}]",
+            "yes" if p.a_in_b else "NO",
+            "yes" if p.b_in_a else "NO",
+        ]
+        for p in pairs
+    ]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m qualify.perf.summary", description=__doc__.split("\n\n")[0])
+    ap.add_argument("reports", nargs="+", type=Path, help="plain report JSON files (one or two)")
+    args = ap.parse_args(argv)
+    if len(args.reports) > 2:
+        ap.error("one or two reports")
+    loaded = [json.loads(p.read_text()) for p in args.reports]
+    for path, report in zip(args.reports, loaded, strict=True):
+        print(f"\n{path}  verdict {report.get('verdict')}")
+        print(format_table(COLUMNS, table_rows(report)))
+    if len(loaded) == 1:
+        return 0
+    pairs = run_to_run(*loaded)
+    print("\nrun-to-run: is each run's ratio inside the other run's CI?")
+    cols = ["item", "ratio 1", "CI 1", "ratio 2", "CI 2", "r1 in CI2", "r2 in CI1"]
+    print(format_table(cols, run_to_run_rows(pairs)))
+    bad = [p.item for p in pairs if not p.consistent]
+    print(f"{len(pairs) - len(bad)}/{len(pairs)} items consistent" + (f"; not: {', '.join(bad)}" if bad else ""))
+    return 1 if bad or not pairs else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

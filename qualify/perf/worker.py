@@ -1,0 +1,39 @@
+"""`python -m qualify.perf.worker --request R.json --result O.json [--profile]`
+
+A fresh process measures one implementation over one shape set, so that no implementation inherits another's
+allocator state, JIT caches in memory or L2 contents. The request names the `measure` function to import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from qualify.perf.spec import WorkRequest, WorkResult
+
+
+def load_measure(ref: str) -> Callable[[WorkRequest], WorkResult]:
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"measure must be 'module:function', got {ref!r}")
+    return getattr(importlib.import_module(module_name), attr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m qualify.perf.worker", description=__doc__.split("\n\n")[1])
+    ap.add_argument("--request", required=True, type=Path)
+    ap.add_argument("--result", required=True, type=Path)
+    ap.add_argument("--profile", action="store_true", help="one bracketed call per cell for ncu, no timing")
+    args = ap.parse_args(argv)
+    request = WorkRequest.model_validate_json(args.request.read_text())
+    if args.profile:
+        request = request.model_copy(update={"profile": True})
+    result = load_measure(request.measure)(request)
+    args.result.write_text(result.model_dump_json(indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

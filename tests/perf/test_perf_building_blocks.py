@@ -1,0 +1,99 @@
+"""Registry, bytes model, nvidia-smi and ncu parsing: the parts of the perf gate that need no GPU."""
+
+from __future__ import annotations
+
+import pytest
+
+from qualify.perf import bytes_model as bm
+from qualify.perf.gpu_info import parse_clock_csv
+from qualify.perf.implementations import (
+    KERNEL_SET,
+    Implementation,
+    ImplementationRegistry,
+    ImplementationSet,
+    default_implementations,
+)
+from qualify.perf.ncu import parse_csv, range_name
+
+SHAPE = bm.AttentionShape(num_qo_heads=32, num_kv_heads=8, head_dim=128, cartridge_len=632)
+
+
+def test_registry_lists_choices_on_a_miss_and_refuses_collisions() -> None:
+    reg = default_implementations()
+    assert reg.get_set("kernel").names() == [
+        "fused-k16v8", "fused-k16v16", "flashinfer-inject-bf16", "flashinfer-inject-fp8", "flashinfer-cascade-bf16",
+    ]  # fmt: skip
+    with pytest.raises(KeyError, match="choices: kernel"):
+        reg.get_set("engine")
+    with pytest.raises(KeyError, match="choices: fused-k16v8, fused-k16v16"):
+        reg.get_set("kernel").get("fused")
+    with pytest.raises(ValueError, match="registered twice"):
+        reg.register(KERNEL_SET)
+    one = Implementation("a", "", frozenset({"ttft_proxy_ms"}))
+    with pytest.raises(ValueError, match="names \\['a'\\] twice"):
+        ImplementationRegistry().register(ImplementationSet("s", "", "m:f", (one, one)))
+    with pytest.raises(ValueError, match="reserved"):
+        ImplementationRegistry().register(
+            ImplementationSet("s", "", "m:f", (Implementation("release", "", frozenset()),))
+        )
+    with pytest.raises(ValueError, match="unknown metrics"):
+        ImplementationRegistry().register(
+            ImplementationSet("s", "", "m:f", (Implementation("a", "", frozenset({"x"})),))
+        )
+
+
+def test_every_kernel_implementation_has_a_bytes_layout() -> None:
+    assert set(KERNEL_SET.names()) == set(bm.LAYOUTS)
+
+
+def test_shared_cartridge_is_counted_once_and_injected_once_per_request() -> None:
+    shared = bm.LAYOUTS["fused-k16v16"]
+    injected = bm.LAYOUTS["flashinfer-inject-bf16"]
+    cart = 632 * 8 * 128 * 4
+    one = bm.attention_bytes(shared, SHAPE, 1, 1, 144)
+    assert bm.attention_bytes(injected, SHAPE, 1, 1, 144) == one
+    assert bm.attention_bytes(injected, SHAPE, 64, 1, 144) - bm.attention_bytes(shared, SHAPE, 64, 1, 144) == 63 * cart
+    # FP8 V saves a quarter of the shared cartridge's bytes.
+    v8 = bm.attention_bytes(bm.LAYOUTS["fused-k16v8"], SHAPE, 16, 1, 144)
+    assert bm.attention_bytes(shared, SHAPE, 16, 1, 144) - v8 == cart // 4
+    assert bm.decode_step_bytes(shared, SHAPE, 36, 16, 144) == 36 * bm.attention_bytes(shared, SHAPE, 16, 1, 144)
+
+
+def test_ttft_counts_the_cartridge_copy_only_for_injection() -> None:
+    assert bm.cartridge_copy_bytes(bm.LAYOUTS["fused-k16v8"], SHAPE, 64) == 0
+    assert bm.cartridge_copy_bytes(bm.LAYOUTS["flashinfer-cascade-bf16"], SHAPE, 64) == 0
+    assert bm.cartridge_copy_bytes(bm.LAYOUTS["flashinfer-inject-bf16"], SHAPE, 64) == 65 * 632 * 8 * 128 * 4
+    assert bm.pct_of_peak(4_000, 1.0, 8_000.0) == 50.0
+    assert bm.pct_of_peak(4_000, 1.0, None) is None
+
+
+def test_clock_csv_parsing() -> None:
+    rows = parse_clock_csv("0, NVIDIA H200, 00000000:19:00.0, 1980, 3201, 1980\nbad line\n")
+    assert rows == [
+        {"index": "0", "name": "NVIDIA H200", "pci.bus_id": "00000000:19:00.0", "clocks.sm": 1980,
+         "clocks.mem": 3201, "clocks.max.sm": 1980}
+    ]  # fmt: skip
+
+
+NCU_CSV = """==PROF== Connected to process 1234
+"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream","Metric Name","Metric Unit","Metric Value"
+"0","1234","python3","h","perf:decode_tokens_per_s:b16:s128","1","7","dram__bytes.sum","byte","1,048,576"
+"0","1234","python3","h","perf:decode_tokens_per_s:b16:s128","1","7","lts__t_sector_hit_rate.pct","%","40.5"
+"0","1234","python3","h","perf:decode_tokens_per_s:b16:s128","1","7","sm__warps_active.avg.pct_of_peak_sustained_active","%","6.25"
+"1","1234","python3","h","perf:decode_tokens_per_s:b16:s128","1","7","dram__bytes.sum","byte","1000"
+"1","1234","python3","h","perf:decode_tokens_per_s:b16:s128","1","7","lts__t_sector_hit_rate.pct","%","60.5"
+"2","1234","python3","h","some_other_kernel","1","7","dram__bytes.sum","byte","5"
+==PROF== Disconnected
+"""
+
+
+def test_ncu_csv_is_attributed_to_cells_by_range_name() -> None:
+    name = range_name("decode_tokens_per_s", 16, 128)
+    out = parse_csv(NCU_CSV, [name, range_name("ttft_proxy_ms", 16, 128)])
+    cell = out[name]
+    assert cell["kernels"] == 2
+    assert cell["dram_bytes"] == 1_048_576 + 1000
+    assert cell["l2_hit_rate_pct"] == pytest.approx(50.5)
+    assert cell["achieved_occupancy_pct"] == pytest.approx(6.25)
+    assert out["unattributed"]["dram_bytes"] == 5
+    assert range_name("ttft_proxy_ms", 16, 128) not in out
