@@ -212,3 +212,33 @@ def bundle(session: nox.Session) -> None:
         session.run("python", "-m", "pip", "download", "--no-deps", "--dest", str(out), *target, *pins)
     lock = write_bundle_manifest(out)
     session.log(f"{out}: {len(lock.read_text().splitlines())} wheels; excluded: {', '.join(opts.exclude) or 'none'}")
+
+
+@nox.session
+def signoff(session: nox.Session) -> None:
+    """Render the newest signed report to HTML and Markdown and open the page in headless Chromium.
+
+    `nox -s signoff -- [ENVELOPE]`; the public key is QUALIFY_PUBLIC_KEY or the development key.
+    """
+    session.install("-e", ".", "--no-deps")
+    session.install("pyyaml", "pydantic>=2.6", "cryptography", "jsonschema", "pytest")
+    envelopes = sorted((ROOT / "reports").glob("*.dsse.json"), key=lambda p: p.stat().st_mtime)
+    envelope = Path(session.posargs[0]) if session.posargs else (envelopes[-1] if envelopes else None)
+    if envelope is None:
+        session.error("no signed report under reports/; run `nox -s qualify` first")
+    key = os.environ.get("QUALIFY_PUBLIC_KEY", str(DEV_KEY_DIR / "signing-key.pub.pem"))
+    stem = envelope.name.removesuffix(".dsse.json")
+    page, summary = envelope.with_name(f"{stem}.html"), envelope.with_name(f"{stem}.md")
+    session.run("qualify", "render", str(envelope), "--key", key, "-o", str(page), "--force")
+    session.run("qualify", "render", str(envelope), "--key", key, "--format", "md", "-o", str(summary), "--force")
+    session.run(
+        "pytest",
+        "-q",
+        "-p",
+        "no:cacheprovider",
+        "tests/render/test_browser.py",
+        "-k",
+        "real_run",
+        "-rs",
+        env={"QUALIFY_SIGNOFF_PAGE": str(page)},
+    )

@@ -52,3 +52,18 @@ def test_the_checks_can_fail(tmp_path: Path) -> None:
     blank = tmp_path / "blank.html"
     blank.write_text("<!DOCTYPE html><body></body>")
     assert ink_fraction(decode(_open(blank, tmp_path / "b").screenshot)) == 0.0
+
+
+@pytest.mark.skipif(
+    "QUALIFY_SIGNOFF_PAGE" not in __import__("os").environ,
+    reason="set QUALIFY_SIGNOFF_PAGE to a page rendered from a real run (nox -s signoff does)",
+)
+def test_a_page_rendered_from_a_real_run_loads_with_every_section(tmp_path: Path) -> None:
+    import os
+
+    page = Path(os.environ["QUALIFY_SIGNOFF_PAGE"]).resolve()
+    result = _open(page, tmp_path)
+    assert result.errors == []
+    assert result.requests == [page.as_uri()]
+    assert set(SECTIONS) <= set(result.element_ids), set(SECTIONS) - set(result.element_ids)
+    assert ink_fraction(decode(result.screenshot)) > 0.05
