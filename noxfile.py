@@ -221,7 +221,7 @@ def signoff(session: nox.Session) -> None:
     `nox -s signoff -- [ENVELOPE]`; the public key is QUALIFY_PUBLIC_KEY or the development key.
     """
     session.install("-e", ".", "--no-deps")
-    session.install("pyyaml", "pydantic>=2.6", "cryptography", "jsonschema", "pytest")
+    session.install("pyyaml", "pydantic>=2.6", "cryptography", "jsonschema", "numpy", "pytest")
     envelopes = sorted((ROOT / "reports").glob("*.dsse.json"), key=lambda p: p.stat().st_mtime)
     envelope = Path(session.posargs[0]) if session.posargs else (envelopes[-1] if envelopes else None)
     if envelope is None:
