@@ -16,11 +16,15 @@ import sys
 from collections.abc import Sequence
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from qualify.compile import CompiledFile, compile_gate_file, discover_gate_files
 from qualify.errors import GateFileError, QualifyError
 from qualify.failure import format_table
 from qualify.registry import default_registry
+
+if TYPE_CHECKING:
+    import pytest
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 DEFAULT_GATES_DIR = "gates"
@@ -92,7 +96,7 @@ class _Capture:
     def __init__(self) -> None:
         self.state = None
 
-    def pytest_sessionfinish(self, session) -> None:  # type: ignore[no-untyped-def]
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
         from qualify.plugin import STATE_KEY
 
         self.state = session.config.stash.get(STATE_KEY, None)

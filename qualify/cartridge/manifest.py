@@ -11,11 +11,11 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from qualify.cartridge.digest import sha256_file
 from qualify.cartridge.io import check_file_present, load_cartridge
 from qualify.cartridge.types import Cartridge, ModelKVShape
 from qualify.cartridge.validate import validate_cartridge
 from qualify.errors import CartridgeError
+from qualify.hashing import sha256_file
 
 MANIFEST_FORMAT = "cartridge-qualify/manifest/v1"
 MANIFEST_SUFFIX = ".manifest.json"

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import torch
 
-from qualify.cartridge.digest import sha256_file
 from qualify.errors import DataError
+from qualify.hashing import sha256_file
 
 _CONVERSION_RECORD = "qualify-conversion.json"
 

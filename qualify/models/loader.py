@@ -9,9 +9,9 @@ from pathlib import Path
 
 import torch
 
-from qualify.cartridge.digest import sha256_file
 from qualify.cartridge.types import ModelKVShape
 from qualify.errors import DataError, QualifyError
+from qualify.hashing import sha256_file
 from qualify.models.gguf_cache import converted_gguf
 from qualify.models.spec import PathSpec, PypiGgufSpec
 

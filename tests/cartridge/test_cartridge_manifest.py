@@ -5,7 +5,6 @@ import json
 import pytest
 import torch
 
-from qualify.cartridge.digest import sha256_file
 from qualify.cartridge.io import save_cartridge
 from qualify.cartridge.manifest import (
     build_manifest,
@@ -15,6 +14,7 @@ from qualify.cartridge.manifest import (
     write_manifest,
 )
 from qualify.errors import CartridgeError
+from qualify.hashing import sha256_file
 
 
 @pytest.fixture

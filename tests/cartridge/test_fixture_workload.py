@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from qualify.cartridge.digest import sha256_file
 from qualify.cartridge.manifest import load_verified_cartridge
 from qualify.cartridge.types import ModelKVShape
+from qualify.hashing import sha256_file
 from qualify.loss.data import load_eval_set
 
 WORKLOAD = Path(__file__).resolve().parents[2] / "fixtures" / "fifa_world_cup"

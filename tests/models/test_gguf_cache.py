@@ -8,8 +8,8 @@ import secrets
 
 import pytest
 
-from qualify.cartridge.digest import sha256_file
 from qualify.errors import DataError
+from qualify.hashing import sha256_file
 from qualify.models import gguf_cache
 
 
