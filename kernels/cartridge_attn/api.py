@@ -130,6 +130,74 @@ def check_device(device: torch.device, allow_unqualified_arch: bool = False) -> 
         )
 
 
+def _check_static(
+    *,
+    num_qo_heads: int,
+    num_kv_heads: int,
+    head_dim: int,
+    page_size: int,
+    cartridge_len: int,
+    q_dtype: torch.dtype,
+    cartridge_k_dtype: torch.dtype | None,
+    cartridge_v_dtype: torch.dtype,
+    live_k_dtype: torch.dtype | None,
+    live_v_dtype: torch.dtype | None,
+    kv_layout: str,
+) -> tuple[int, torch.dtype]:
+    """Checks that do not depend on the batch; returns (GQA group, live V dtype)."""
+    if kv_layout != "NHD":
+        raise UnsupportedLayoutError("kv_layout", "'NHD' (pages of shape (num_pages, page_size, H_kv, D))", kv_layout)
+    if num_kv_heads <= 0 or num_qo_heads % num_kv_heads:
+        raise UnsupportedLayoutError(
+            "num_qo_heads / num_kv_heads", "a positive integer group size", f"{num_qo_heads} / {num_kv_heads}"
+        )
+    group = num_qo_heads // num_kv_heads
+    if group not in K.SUPPORTED_GROUPS:
+        raise UnsupportedLayoutError("GQA group size", f"one of {K.SUPPORTED_GROUPS}", group)
+    if head_dim not in K.SUPPORTED_HEAD_DIMS:
+        raise UnsupportedLayoutError("head_dim", f"one of {K.SUPPORTED_HEAD_DIMS}", head_dim)
+    if page_size not in K.SUPPORTED_PAGE_SIZES:
+        raise UnsupportedLayoutError("page_size", f"one of {K.SUPPORTED_PAGE_SIZES}", page_size)
+    if cartridge_len <= 0 or cartridge_len % page_size:
+        raise UnsupportedLayoutError(
+            "cartridge_len",
+            f"a positive multiple of page_size={page_size} (the live suffix must start on a page boundary)",
+            cartridge_len,
+        )
+    if q_dtype not in K.SUPPORTED_Q_DTYPES:
+        raise UnsupportedLayoutError("q dtype", "bfloat16 or float16", _dtype_name(q_dtype))
+    for name, dt in (("cartridge K dtype", cartridge_k_dtype), ("live K dtype", live_k_dtype)):
+        if dt is not None and dt != q_dtype:
+            extra = " (FP8 keys are not supported)" if dt.itemsize == 1 else ""
+            raise UnsupportedLayoutError(name, f"{_dtype_name(q_dtype)}, the query dtype{extra}", _dtype_name(dt))
+    live_v_dtype = q_dtype if live_v_dtype is None else live_v_dtype
+    for name, dt in (("cartridge V dtype", cartridge_v_dtype), ("live V dtype", live_v_dtype)):
+        if dt not in (q_dtype, K.FP8_DTYPE):
+            raise UnsupportedLayoutError(name, f"float8_e4m3fn or {_dtype_name(q_dtype)}", _dtype_name(dt))
+    return group, live_v_dtype
+
+
+def _prefill_tiles(
+    q_lens: list[int], live: list[int], group: int, block_m: int, cartridge_len: int, causal: bool
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """(request, first row) of every prefill tile, longest first, so that the last wave is made of short ones.
+
+    ``live`` only orders the tiles: an upper bound of each live length gives the same launch, possibly in a
+    slightly different order.
+    """
+    reqs, rows, work = [], [], []
+    for b, (n_q, n_live) in enumerate(zip(q_lens, live, strict=True)):
+        for r0 in range(0, n_q * group, block_m):
+            tok_hi = min((r0 + block_m - 1) // group, n_q - 1)
+            reqs.append(b)
+            rows.append(r0)
+            work.append(cartridge_len + (n_live - n_q + tok_hi + 1 if causal else n_live))
+    order = sorted(range(len(work)), key=lambda i: -work[i])
+    return torch.tensor([reqs[i] for i in order], dtype=torch.int32), torch.tensor(
+        [rows[i] for i in order], dtype=torch.int32
+    )
+
+
 class CartridgeAttention:
     """Fused attention over a shared cartridge followed by each request's paged live suffix.
 
@@ -227,37 +295,19 @@ class CartridgeAttention:
         Plan
             Also kept on the wrapper for :meth:`run`.
         """
-        if kv_layout != "NHD":
-            raise UnsupportedLayoutError(
-                "kv_layout", "'NHD' (pages of shape (num_pages, page_size, H_kv, D))", kv_layout
-            )
-        if num_kv_heads <= 0 or num_qo_heads % num_kv_heads:
-            raise UnsupportedLayoutError(
-                "num_qo_heads / num_kv_heads", "a positive integer group size", f"{num_qo_heads} / {num_kv_heads}"
-            )
-        group = num_qo_heads // num_kv_heads
-        if group not in K.SUPPORTED_GROUPS:
-            raise UnsupportedLayoutError("GQA group size", f"one of {K.SUPPORTED_GROUPS}", group)
-        if head_dim not in K.SUPPORTED_HEAD_DIMS:
-            raise UnsupportedLayoutError("head_dim", f"one of {K.SUPPORTED_HEAD_DIMS}", head_dim)
-        if page_size not in K.SUPPORTED_PAGE_SIZES:
-            raise UnsupportedLayoutError("page_size", f"one of {K.SUPPORTED_PAGE_SIZES}", page_size)
-        if cartridge_len <= 0 or cartridge_len % page_size:
-            raise UnsupportedLayoutError(
-                "cartridge_len",
-                f"a positive multiple of page_size={page_size} (the live suffix must start on a page boundary)",
-                cartridge_len,
-            )
-        if q_dtype not in K.SUPPORTED_Q_DTYPES:
-            raise UnsupportedLayoutError("q dtype", "bfloat16 or float16", _dtype_name(q_dtype))
-        for name, dt in (("cartridge K dtype", cartridge_k_dtype), ("live K dtype", live_k_dtype)):
-            if dt is not None and dt != q_dtype:
-                extra = " (FP8 keys are not supported)" if dt.itemsize == 1 else ""
-                raise UnsupportedLayoutError(name, f"{_dtype_name(q_dtype)}, the query dtype{extra}", _dtype_name(dt))
-        live_v_dtype = q_dtype if live_v_dtype is None else live_v_dtype
-        for name, dt in (("cartridge V dtype", cartridge_v_dtype), ("live V dtype", live_v_dtype)):
-            if dt not in (q_dtype, K.FP8_DTYPE):
-                raise UnsupportedLayoutError(name, f"float8_e4m3fn or {_dtype_name(q_dtype)}", _dtype_name(dt))
+        group, live_v_dtype = _check_static(
+            num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            page_size=page_size,
+            cartridge_len=cartridge_len,
+            q_dtype=q_dtype,
+            cartridge_k_dtype=cartridge_k_dtype,
+            cartridge_v_dtype=cartridge_v_dtype,
+            live_k_dtype=live_k_dtype,
+            live_v_dtype=live_v_dtype,
+            kv_layout=kv_layout,
+        )
         fault = Fault(_fault)
 
         qo = _as_host_ints("qo_indptr", qo_indptr)
@@ -336,20 +386,12 @@ class CartridgeAttention:
             tensors["tile_req"] = torch.zeros(1, **i32)
             tensors["tile_row"] = torch.zeros(1, **i32)
         else:
-            reqs, rows, work = [], [], []
-            for b in range(batch):
-                n_rows = int(q_lens[b]) * group
-                for r0 in range(0, n_rows, config.block_m):
-                    tok_hi = min((r0 + config.block_m - 1) // group, int(q_lens[b]) - 1)
-                    keys = cartridge_len + (int(live[b]) - int(q_lens[b]) + tok_hi + 1 if causal else int(live[b]))
-                    reqs.append(b)
-                    rows.append(r0)
-                    work.append(keys)
-            # Longest tiles first, so that the last wave is made of short ones.
-            order = sorted(range(len(work)), key=lambda i: -work[i])
-            tensors["tile_req"] = torch.tensor([reqs[i] for i in order], **i32)
-            tensors["tile_row"] = torch.tensor([rows[i] for i in order], **i32)
-            n_prog = len(order)
+            tile_req, tile_row = _prefill_tiles(
+                q_lens.tolist(), live.tolist(), group, config.block_m, cartridge_len, causal
+            )
+            tensors["tile_req"] = tile_req.to(**i32)
+            tensors["tile_row"] = tile_row.to(**i32)
+            n_prog = tile_req.numel()
 
         self._plan = Plan(
             mode=mode,
@@ -370,6 +412,125 @@ class CartridgeAttention:
             grid=(n_prog, num_kv_heads),
             fault=fault,
             max_page_index=int(used.max()) if used.numel() else -1,
+            device=dev,
+            tensors=tensors,
+        )
+        return self._plan
+
+    def plan_block_table(
+        self,
+        query_start_loc: torch.Tensor,
+        query_lens: list[int],
+        seq_lens: torch.Tensor,
+        block_table: torch.Tensor,
+        *,
+        max_seq_len: int,
+        seq_lens_bound: list[int] | None = None,
+        num_qo_heads: int,
+        num_kv_heads: int,
+        head_dim: int,
+        page_size: int,
+        cartridge_len: int,
+        q_dtype: torch.dtype = torch.bfloat16,
+        cartridge_v_dtype: torch.dtype = torch.float8_e4m3fn,
+        live_v_dtype: torch.dtype | None = None,
+        causal: bool = True,
+        sm_scale: float | None = None,
+        allow_unqualified_arch: bool = False,
+    ) -> Plan:
+        """Plan from a serving engine's block table, without reading device memory on the host.
+
+        A serving engine (vLLM) already holds the batch on the device: ``query_start_loc`` ``(B + 1,)``,
+        ``seq_lens`` ``(B,)`` live lengths including this step's queries, and ``block_table`` ``(>= B, W)``
+        whose row ``b`` lists request ``b``'s live pages in order. Row ``b`` is used as the request's page
+        list in place (``kv_indptr[b] = b * W``), so nothing is gathered or copied, and no host sync is
+        needed. ``query_lens`` (host) is exact; ``seq_lens_bound`` (host, optional) and ``max_seq_len``
+        are upper bounds, used only to choose the launch configuration and to order prefill tiles.
+
+        The engine guarantees that its block ids are valid pages; unlike :meth:`plan`, page numbers are
+        not range-checked here (that would need the block table on the host).
+        """
+        group, live_v_dtype = _check_static(
+            num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            page_size=page_size,
+            cartridge_len=cartridge_len,
+            q_dtype=q_dtype,
+            cartridge_k_dtype=None,
+            cartridge_v_dtype=cartridge_v_dtype,
+            live_k_dtype=None,
+            live_v_dtype=live_v_dtype,
+            kv_layout="NHD",
+        )
+        batch = len(query_lens)
+        if batch < 1:
+            raise UnsupportedLayoutError("query_lens", "at least one request", 0)
+        if any(n < 1 for n in query_lens):
+            raise UnsupportedLayoutError("query_lens", "every request has at least one query", query_lens)
+        for name, t, shape in (("query_start_loc", query_start_loc, (batch + 1,)), ("seq_lens", seq_lens, (batch,))):
+            if t.dtype != torch.int32 or t.dim() != 1 or t.shape[0] < shape[0]:
+                raise UnsupportedLayoutError(
+                    name, f"int32 of at least {shape}", f"{_dtype_name(t.dtype)} {tuple(t.shape)}"
+                )
+        if block_table.dtype != torch.int32 or block_table.dim() != 2 or block_table.shape[0] < batch:
+            raise UnsupportedLayoutError(
+                "block_table",
+                f"2-D int32 with at least {batch} rows",
+                f"{_dtype_name(block_table.dtype)} {tuple(block_table.shape)}",
+            )
+        if block_table.stride(1) != 1:
+            raise UnsupportedLayoutError("block_table innermost stride", 1, block_table.stride(1))
+        dev = block_table.device
+        if dev.type == "cuda" and dev.index is None:
+            dev = torch.device("cuda", torch.cuda.current_device())
+        check_device(dev, allow_unqualified_arch)
+        bound = list(seq_lens_bound) if seq_lens_bound is not None else [max_seq_len] * batch
+        if len(bound) != batch:
+            raise UnsupportedLayoutError("seq_lens_bound", f"{batch} entries (one per request)", len(bound))
+        mode = "decode" if all(n == 1 for n in query_lens) else "prefill"
+        if mode == "decode":
+            config = K.decode_config(group, head_dim, batch, max_seq_len)
+        else:
+            config = K.prefill_config(group, head_dim, rows=sum(query_lens) * group, num_kv_heads=num_kv_heads)
+        self._check_config(config, mode, group)
+        i32 = {"dtype": torch.int32, "device": dev}
+        row = block_table.stride(0)
+        tensors = {
+            "qo_indptr": query_start_loc[: batch + 1],
+            "kv_indptr": torch.arange(0, (batch + 1) * row, row, **i32),
+            # Row b of the table is request b's page list, read in place through kv_indptr[b] = b * row.
+            "kv_indices": block_table.as_strided(((batch - 1) * row + block_table.shape[1],), (1,)),
+            "kv_len": seq_lens[:batch],
+        }
+        if mode == "decode":
+            n_prog = -(-batch // config.reqs_per_program)
+            tensors["tile_req"] = torch.zeros(1, **i32)
+            tensors["tile_row"] = torch.zeros(1, **i32)
+        else:
+            tile_req, tile_row = _prefill_tiles(list(query_lens), bound, group, config.block_m, cartridge_len, causal)
+            tensors["tile_req"] = tile_req.to(**i32, non_blocking=True)
+            tensors["tile_row"] = tile_row.to(**i32, non_blocking=True)
+            n_prog = tile_req.numel()
+        self._plan = Plan(
+            mode=mode,
+            batch=batch,
+            total_q=sum(query_lens),
+            max_live=max_seq_len,
+            num_qo_heads=num_qo_heads,
+            num_kv_heads=num_kv_heads,
+            head_dim=head_dim,
+            page_size=page_size,
+            cartridge_len=cartridge_len,
+            q_dtype=q_dtype,
+            cartridge_v_dtype=cartridge_v_dtype,
+            live_v_dtype=live_v_dtype,
+            causal=causal,
+            sm_scale=float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(head_dim),
+            config=config,
+            grid=(n_prog, num_kv_heads),
+            fault=Fault.NONE,
+            max_page_index=-1,
             device=dev,
             tensors=tensors,
         )

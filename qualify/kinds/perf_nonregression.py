@@ -2,8 +2,11 @@
 
 Each item is one (metric, batch, suffix) cell; its check passes when the worst end of the CI of
 median(candidate) / median(baseline) clears the metric's threshold, fails when even the best end misses it,
-and is inconclusive otherwise (a failure under --strict). The baseline is another implementation of the
-same set or `release`: the same candidate in the signed report given with --baseline.
+and is inconclusive otherwise (a failure under --strict). The CI is taken over the `timing.processes` fresh
+worker processes of each side (`timing.ci_method`: a Welch t interval on the processes' log medians by
+default, or a two-level bootstrap; one process per side falls back to a bootstrap over its repetitions, and
+the report says so). The baseline is another
+implementation of the same set or `release`: the same candidate in the signed report given with --baseline.
 """
 
 from __future__ import annotations

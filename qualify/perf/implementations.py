@@ -1,9 +1,9 @@
 """The registry of implementation *sets* the perf gate can compare.
 
 A set groups implementations measured the same way by one `measure` function in a worker process:
-`kernel` (attention kernels, one decode step = num_layers attention calls) now; an `engine` set (vLLM in a
-fresh process per layout) plugs in later by registering another set whose `measure` drives the engine,
-with no change to the gate kind. Declarations only: nothing here imports torch.
+`kernel` (attention kernels, one decode step = num_layers attention calls) and `engine` (vLLM serving a
+cartridge, one fresh process per layout: qualify.perf.engine_set). The gate kind is the same for both.
+Declarations only: nothing here imports torch.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from qualify.perf.metrics import METRICS
+from qualify.serve.layouts import LAYOUTS
 
 RELEASE = "release"  # a gate's `baseline` naming the same candidate in the baseline signed report
 
@@ -110,8 +111,22 @@ KERNEL_SET = ImplementationSet(
 )
 
 
+_ENGINE_METRICS = frozenset({"output_tokens_per_s", "ttft_p50_ms", "ttft_p95_ms"})
+
+# Names and descriptions mirror qualify.serve.layouts.LAYOUTS (which imports nothing heavy either).
+ENGINE_SET = ImplementationSet(
+    name="engine",
+    description="vLLM 0.26 serving a cartridge end to end (one fresh process per layout; output tok/s and TTFT)",
+    measure="qualify.perf.engine_set:measure",
+    implementations=tuple(
+        Implementation(layout.name, layout.description, _ENGINE_METRICS) for layout in LAYOUTS.values()
+    ),
+)
+
+
 def default_implementations() -> ImplementationRegistry:
     """A fresh registry of the built-in implementation sets (built per call: no module-level state)."""
     registry = ImplementationRegistry()
     registry.register(KERNEL_SET)
+    registry.register(ENGINE_SET)
     return registry

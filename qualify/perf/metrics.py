@@ -7,7 +7,7 @@ from typing import Literal
 
 from qualify.stats.ratio import Direction
 
-MetricName = Literal["decode_tokens_per_s", "ttft_proxy_ms"]
+MetricName = Literal["decode_tokens_per_s", "ttft_proxy_ms", "output_tokens_per_s", "ttft_p50_ms", "ttft_p95_ms"]
 
 
 @dataclass(frozen=True)
@@ -15,7 +15,7 @@ class Metric:
     name: MetricName
     unit: str
     direction: Direction
-    phase: Literal["decode", "prefill"]
+    phase: Literal["decode", "prefill", "engine"]
     description: str
 
     @property
@@ -43,6 +43,30 @@ METRICS: dict[str, Metric] = {
             "TTFT proxy = copying the cartridge into the new requests' pages (num_layers layers; zero for a "
             "shared cartridge) + prefill attention over the suffix for num_layers layers"
         ),
+    ),
+    "output_tokens_per_s": Metric(
+        name="output_tokens_per_s",
+        unit="tok/s",
+        direction=Direction.HIGHER_IS_BETTER,
+        phase="engine",
+        description=(
+            "engine level: output tokens of a whole batch (sent at once, fixed generated length, ignore_eos) / the "
+            "batch's wall time in vLLM, prefill included"
+        ),
+    ),
+    "ttft_p50_ms": Metric(
+        name="ttft_p50_ms",
+        unit="ms",
+        direction=Direction.LOWER_IS_BETTER,
+        phase="engine",
+        description="engine level: median over the batch's requests of vLLM's time to first token (from arrival)",
+    ),
+    "ttft_p95_ms": Metric(
+        name="ttft_p95_ms",
+        unit="ms",
+        direction=Direction.LOWER_IS_BETTER,
+        phase="engine",
+        description="engine level: 95th percentile over the batch's requests of vLLM's time to first token",
     ),
 }
 

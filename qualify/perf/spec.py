@@ -5,12 +5,13 @@ No torch here: the gate kind's fields reuse these models, and linting must not i
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from qualify.perf.metrics import MetricName
 from qualify.schema.models import StrictModel
+from qualify.serve.settings import EngineSettings
 
 
 class ShapeSet(StrictModel):
@@ -31,6 +32,9 @@ class ShapeSet(StrictModel):
     batches: list[int] = Field(min_length=1)
     suffixes: list[int] = Field(min_length=1)
     generated_tokens: int = Field(default=32, ge=1)
+    # Engine-level sets only (qualify.perf.engine_set): how the serving engine is built; `suffixes` are then
+    # the question tokens each prompt carries after the cartridge.
+    engine: EngineSettings | None = None
 
     @model_validator(mode="after")
     def _positive(self) -> ShapeSet:
@@ -45,15 +49,40 @@ class ShapeSet(StrictModel):
 
 
 class Timing(StrictModel):
-    """How each cell is timed. `l2_cold` gives every layer its own buffers so a layer's data is not in L2."""
+    """How each cell is timed. `l2_cold` gives every layer its own buffers so a layer's data is not in L2.
+
+    Every implementation is measured in `processes` fresh worker processes, each doing `warmups` untimed and
+    `repetitions` timed steps. The CI treats the process as the unit, because two processes of the same
+    implementation differ by more than the repetitions inside one (clocks, placement, allocator state).
+    `ci_method` picks how (`qualify.stats.ratio`): `process-t` (the default), a Welch t interval on the log
+    medians of the processes, whose t quantile corrects for there being only a few; or `two-level-bootstrap`,
+    processes then repetitions resampled, whose percentile CI is too narrow with few processes (about 88 %
+    coverage for a nominal 95 % with 3). Use 3 or more processes for a release gate (with 2 the t interval is
+    honest but wide, df about 1-2). `processes: 1` is allowed where a process is too expensive to repeat (an
+    engine start takes minutes): the CI is then the flat bootstrap over one process's repetitions, which
+    misses the process-to-process variation, and each check's statistic says so (as it says when process-t
+    falls back to a bootstrap for any other reason).
+    """
 
     warmups: int = Field(default=2, ge=0, le=100)
-    repetitions: int = Field(default=5, ge=2, le=1000)
+    repetitions: int = Field(default=5, ge=2, le=1000)  # timed steps per process
+    processes: int = Field(default=3, le=32)
     l2_cold: bool = True
     cuda_graph: bool = True
     confidence: float = Field(default=0.95, gt=0.5, lt=1.0)
-    n_resamples: int = Field(default=4000, ge=200)
-    worker_timeout_s: float = Field(default=600.0, gt=0)
+    ci_method: Literal["process-t", "two-level-bootstrap"] = "process-t"
+    n_resamples: int = Field(default=4000, ge=200)  # bootstrap resamples (two-level, and process-t's fallbacks)
+    worker_timeout_s: float = Field(default=600.0, gt=0)  # per worker process
+
+    @field_validator("processes")
+    @classmethod
+    def _at_least_one_process(cls, value: int) -> int:
+        if value < 1:
+            raise ValueError(
+                f"processes must be at least 1 (3 or more for a CI that includes the process-to-process "
+                f"variation between runs), got {value}"
+            )
+        return value
 
 
 class ImplementationOptions(StrictModel):
@@ -68,7 +97,11 @@ class _Wire(BaseModel):
 
 
 class WorkRequest(_Wire):
-    """One worker process: one implementation over the whole shape set."""
+    """One worker process: one implementation over the whole shape set.
+
+    `process` numbers the fresh processes the runner starts for the same measurement (0 .. processes - 1);
+    the measurement itself does not depend on it, but it keeps each process's result apart.
+    """
 
     implementation_set: str
     implementation: str
@@ -78,6 +111,7 @@ class WorkRequest(_Wire):
     shape: dict[str, Any]
     timing: dict[str, Any]
     seed: int = 0
+    process: int = Field(default=0, ge=0)
     profile: bool = False  # one eager call per cell, bracketed for Nsight Compute, no timing
 
     def shape_set(self) -> ShapeSet:

@@ -16,11 +16,42 @@ from typing import Any
 
 from qualify.failure import format_table
 
-COLUMNS = ["item", "status", "candidate", "baseline", "cand median", "base median", "ratio", "CI", "thr", "decision"]
+COLUMNS = [
+    "item", "status", "candidate", "baseline", "cand median", "base median", "ratio", "CI", "CI method",
+    "procs x reps", "thr", "decision",
+]  # fmt: skip
 
 
 def _g(x: Any) -> str:
     return f"{x:.4g}" if isinstance(x, int | float) else "-"
+
+
+def layout(m: dict[str, Any], side: str) -> str:
+    """'3x5' for a side measured in 3 processes of 5 repetitions; '1x5' for a report without processes."""
+    groups = m.get(f"{side}_process_samples")
+    if not isinstance(groups, list) or not groups:
+        flat = m.get(f"{side}_samples")
+        groups = [flat] if isinstance(flat, list) and flat else []
+    if not groups:
+        return "-"
+    reps = sorted({len(g) for g in groups})
+    return f"{len(groups)}x{reps[0]}" + (f"-{reps[-1]}" if len(reps) > 1 else "")
+
+
+def ci_label(m: dict[str, Any]) -> str:
+    """How the CI was taken, short: 't df 3.2' (process-level Welch t), '2-level boot', 'flat boot'; a fallback
+    from process-t is marked with '*' (its reason is in the item's statistic and `ci_fallback`)."""
+    method = str(m.get("ci_method") or "")
+    df = m.get("ci_df")
+    if method == "process-t":
+        label = f"t df {df:.2g}" if isinstance(df, int | float) else "t"
+    elif method.startswith("two-level"):
+        label = "2-level boot"
+    elif method.startswith("flat"):
+        label = "flat boot"
+    else:
+        return "-"  # a report written before the method was recorded
+    return label + ("*" if m.get("ci_fallback") else "")
 
 
 def perf_items(report: dict[str, Any]) -> list[dict[str, Any]]:
@@ -32,7 +63,7 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
     for item in perf_items(report):
         m = item.get("measurements") or {}
         if "ratio" not in m:
-            rows.append([item["name"], item["status"], *(["-"] * 7), (item.get("reason") or "")[:60]])
+            rows.append([item["name"], item["status"], *(["-"] * 9), (item.get("reason") or "")[:60]])
             continue
         op = ">=" if m.get("direction") == "higher" else "<="
         rows.append(
@@ -45,6 +76,8 @@ def table_rows(report: dict[str, Any]) -> list[list[str]]:
                 f"{_g(m.get('baseline_median'))} {m.get('unit', '')}",
                 _g(m.get("ratio")),
                 f"[{_g(m.get('ci_low'))}, {_g(m.get('ci_high'))}]",
+                ci_label(m),
+                f"{layout(m, 'candidate')} / {layout(m, 'baseline')}",
                 f"{op} {_g(m.get('threshold'))}",
                 str(m.get("decision")),
             ]

@@ -1,15 +1,22 @@
 """Run one `perf_nonregression` item.
 
-Each implementation is measured once per session in a fresh worker process over the gate's whole shape set
-(every batch and suffix, both metrics), memoized with `ctx.memo`, so the items of several gates share it.
+Each implementation is measured in `timing.processes` fresh worker processes, each over the gate's whole shape
+set (every batch and suffix, both metrics); every process's result is memoized with `ctx.memo` under its
+request (which carries the process index), so the items of several gates share them. The CI is taken over
+those processes as `timing.ci_method` says: a process-level Welch t interval by default, or the two-level
+bootstrap (`qualify.perf.compare`).
 
 Measurements (what `qualify render` plots):
     {"metric", "batch", "suffix", "candidate", "baseline", "ratio", "ci_low", "ci_high", "confidence",
-     "threshold", "direction", "decision", "outcome", "candidate_samples", "baseline_samples",
-     "candidate_median", "baseline_median", "unit", "bytes_moved": {"candidate", "baseline"},
-     "pct_peak_bw": {"candidate", "baseline"}, "clocks": {"candidate", "baseline"},
-     "timing_method": {...}, "ncu": {...} | None, "implementation_set", "candidate_options", "shape",
-     "live", "gpu", "versions", "kernel_identity", "baseline_source"}
+     "threshold", "direction", "decision", "outcome", "ci_method" (the method used: process-t,
+     two-level-bootstrap or flat-bootstrap), "ci_method_requested", "ci_df" (process-t's Welch df),
+     "ci_fallback" (why process-t fell back to a bootstrap), "ci_description", "processes": {"candidate", "baseline"},
+     "candidate_samples", "baseline_samples" (every repetition, pooled), "candidate_process_samples",
+     "baseline_process_samples" (one list per process), "candidate_median", "baseline_median", "unit",
+     "bytes_moved": {"candidate", "baseline"}, "pct_peak_bw": {"candidate", "baseline"},
+     "clocks": {"candidate": [per process], "baseline": [per process]}, "timing_method": {...},
+     "ncu": {...} | None, "implementation_set", "candidate_options", "shape", "live", "gpu", "versions",
+     "kernel_identity", "baseline_source", "candidate_worker_wall_s": [per process]}
 
 `decision` is the statistical decision (pass / fail / inconclusive); `outcome` is the Check's outcome, which
 equals it except that an inconclusive decision is a fail under --strict. Either way an inconclusive item
@@ -19,6 +26,7 @@ does not pass, so the plugin reports it FAILED and the verdict is FAIL; the meas
 from __future__ import annotations
 
 import hashlib
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -44,11 +52,12 @@ def _registry(ctx: RunContext) -> ImplementationRegistry:
 
 
 def _request(registry: ImplementationRegistry, p: PerfNonRegressionParams, name: str, options: ImplementationOptions,
-             seed: int) -> WorkRequest:  # fmt: skip
+             seed: int, process: int = 0) -> WorkRequest:  # fmt: skip
     impl_set = registry.get_set(p.implementation_set)
     impl = impl_set.get(name)
     # Only what changes the measurement goes into the request (and so the memo key): gates that differ in
-    # thresholds or statistics share one worker result.
+    # thresholds or statistics share worker results. `processes` is not in it, but the process index is:
+    # a gate with 5 processes reuses the first 3 of one with 3.
     timing = p.timing.model_dump(include={"warmups", "repetitions", "l2_cold", "cuda_graph"})
     return WorkRequest(
         implementation_set=impl_set.name,
@@ -59,6 +68,7 @@ def _request(registry: ImplementationRegistry, p: PerfNonRegressionParams, name:
         shape=p.shape.model_dump(),
         timing=timing,
         seed=seed,
+        process=process,
     )
 
 
@@ -81,17 +91,36 @@ def _measured(ctx: RunContext, request: WorkRequest, timeout_s: float) -> WorkRe
     return _memo_call(ctx, ("perf-worker", request.model_dump_json()), lambda: run_worker(request, timeout_s=timeout_s))
 
 
-def _side(result: WorkResult, p: PerfNonRegressionParams, label: str) -> tuple[Side, Any]:
-    cell = result.cell(p.metric, p.batch, p.suffix)
+def _measure_sides(ctx: RunContext, requests: list[list[WorkRequest]], timeout_s: float) -> list[list[WorkResult]]:
+    """One result per process for each side (`requests[side][process]`), launched interleaved: candidate
+    process 0, baseline process 0, candidate process 1, ...
+
+    Interleaving spreads slow drift over the run (the GPU heating up and lowering its clocks, another tenant's
+    load, host state) over both sides alike, instead of timing every candidate process early and every
+    baseline process late, where a trend would read as a difference between the implementations. Processes
+    already memoized by an earlier item are reused as they are, so only sides measured fresh by this item
+    are interleaved.
+    """
+    results: list[list[WorkResult]] = [[] for _ in requests]
+    for process in range(max(len(r) for r in requests)):
+        for side, reqs in enumerate(requests):
+            if process < len(reqs):
+                results[side].append(_measured(ctx, reqs[process], timeout_s))
+    return results
+
+
+def _side(results: list[WorkResult], p: PerfNonRegressionParams, label: str) -> tuple[Side, Any]:
+    cells = [r.cell(p.metric, p.batch, p.suffix) for r in results]
+    pct = [c.pct_peak_bw for c in cells if c.pct_peak_bw is not None]
     side = Side(
         name=label,
-        samples=cell.samples,
-        bytes_moved=cell.bytes_moved,
-        pct_peak_bw=cell.pct_peak_bw,
-        clocks=result.clocks,
-        method=cell.method,
+        groups=[list(c.samples) for c in cells],
+        bytes_moved=cells[0].bytes_moved,  # a function of the shape: the same in every process
+        pct_peak_bw=statistics.median(pct) if pct else None,
+        clocks=[r.clocks for r in results],
+        method="; ".join(dict.fromkeys(c.method for c in cells)),
     )
-    return side, cell
+    return side, cells[0]
 
 
 def _label(name: str, options: ImplementationOptions) -> str:
@@ -99,7 +128,9 @@ def _label(name: str, options: ImplementationOptions) -> str:
     return name + "".join(f"[{k}={v}]" for k, v in extra.items())
 
 
-def _release_side(item: GateItem, ctx: RunContext, p: PerfNonRegressionParams) -> Side:
+def _release_side(item: GateItem, ctx: RunContext, p: PerfNonRegressionParams) -> tuple[Side, str]:
+    """The candidate's samples in the signed release report, grouped by process when the report records
+    that; a report written before processes were recorded gives one group (it measured one process)."""
     if ctx.baseline is None:
         raise QualifyError(
             f"{item.name} compares against the last release's signed report: pass --baseline PATH.dsse.json "
@@ -120,14 +151,25 @@ def _release_side(item: GateItem, ctx: RunContext, p: PerfNonRegressionParams) -
         "suffix": p.suffix,
     }
     m = find_candidate_cell(report, envelope, want)
-    return Side(
+    grouped = m.get("candidate_process_samples")
+    note = ""
+    if grouped:
+        groups = [[float(x) for x in g] for g in grouped]
+    else:
+        groups = [[float(x) for x in m["candidate_samples"]]]
+        note = (
+            f"release baseline: {envelope} records no per-process samples (measured with one process per "
+            "implementation); read as one process, so its process-to-process variation is not in the CI"
+        )
+    side = Side(
         name=f"{RELEASE}:{want['candidate']}",
-        samples=[float(x) for x in m["candidate_samples"]],
+        groups=groups,
         bytes_moved=(m.get("bytes_moved") or {}).get("candidate"),
         pct_peak_bw=(m.get("pct_peak_bw") or {}).get("candidate"),
         clocks=(m.get("clocks") or {}).get("candidate"),
         method=(m.get("timing_method") or {}).get("candidate"),
     )
+    return side, note
 
 
 def _counters(ctx: RunContext, request: WorkRequest, p: PerfNonRegressionParams) -> tuple[dict[str, Any] | None, str]:
@@ -165,17 +207,28 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
     registry = _registry(ctx)
     m = metric(p.metric)
     timeout = p.timing.worker_timeout_s
-    cand_request = _request(registry, p, p.candidate, p.candidate_options, ctx.seed)
-    cand_result = _measured(ctx, cand_request, timeout)
-    candidate, cand_cell = _side(cand_result, p, _label(p.candidate, p.candidate_options))
+    processes = range(p.timing.processes)
+    requests = [[_request(registry, p, p.candidate, p.candidate_options, ctx.seed, i) for i in processes]]
+    if p.baseline != RELEASE:
+        requests.append([_request(registry, p, p.baseline, p.baseline_options, ctx.seed, i) for i in processes])
+    results = _measure_sides(ctx, requests, timeout)
+    cand_results = results[0]
+    candidate, cand_cell = _side(cand_results, p, _label(p.candidate, p.candidate_options))
     notes = [m.description]
     if p.baseline == RELEASE:
-        baseline = _release_side(item, ctx, p)
+        baseline, release_note = _release_side(item, ctx, p)
+        notes += [release_note] if release_note else []
         source = str(ctx.baseline)
     else:
-        base_result = _measured(ctx, _request(registry, p, p.baseline, p.baseline_options, ctx.seed), timeout)
-        baseline, _ = _side(base_result, p, _label(p.baseline, p.baseline_options))
-        source = "measured in this run (fresh process)"
+        baseline, _ = _side(results[1], p, _label(p.baseline, p.baseline_options))
+        n = p.timing.processes
+        source = f"measured in this run ({n} fresh process{'es, interleaved with the candidate' if n > 1 else ''})"
+    if p.timing.processes == 1:
+        notes.append(
+            "timing.processes is 1: one process per implementation, so the CI is the flat bootstrap over its "
+            "repetitions (a process-level t interval needs 2 or more) and does not include the "
+            "process-to-process variation between runs"
+        )
     comparison = compare_cell(
         CellKey(m, p.batch, p.suffix),
         candidate,
@@ -185,9 +238,15 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
         n_resamples=p.timing.n_resamples,
         seed=_seed(ctx, item),
         strict=ctx.strict,
+        ci_method=p.timing.ci_method,
     )
     measurements = dict(comparison.measurements)
-    counters, ncu_note = _counters(ctx, cand_request, p)
+    if measurements["ci_fallback"] and p.timing.processes > 1:
+        notes.append(
+            f"ci_method {p.timing.ci_method} not used: {measurements['ci_fallback']}; the CI is the "
+            f"{measurements['ci_method']} instead"
+        )
+    counters, ncu_note = _counters(ctx, requests[0][0], p)
     measurements.update(
         {
             "ncu": counters,
@@ -195,19 +254,19 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
             "candidate_options": p.candidate_options.model_dump(),
             "shape": p.shape.model_dump(),
             "live": cand_cell.live,
-            "gpu": cand_result.gpu,
-            "versions": cand_result.versions,
-            "kernel_identity": cand_result.identity,
-            "peak_bandwidth_tbps": cand_result.peak_bandwidth_tbps,
+            "gpu": cand_results[0].gpu,
+            "versions": cand_results[0].versions,
+            "kernel_identity": cand_results[0].identity,
+            "peak_bandwidth_tbps": cand_results[0].peak_bandwidth_tbps,
             "baseline_source": source,
-            "candidate_worker_wall_s": cand_result.wall_s,
+            "candidate_worker_wall_s": [r.wall_s for r in cand_results],
         }
     )
     decision = measurements["decision"]
     if decision == "inconclusive":
         notes.append(
             "inconclusive: the CI straddles the threshold (timing noise); not a pass"
-            + (" - a failure under --strict" if ctx.strict else "; more repetitions would narrow it")
+            + (" - a failure under --strict" if ctx.strict else "; more processes would narrow it")
         )
     notes += [n for n in (ncu_note,) if n]
     notes += [f"{candidate.name}: {cand_cell.method}"]

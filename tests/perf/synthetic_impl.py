@@ -1,8 +1,10 @@
 """A CPU-only implementation set for the perf runner's tests: timings drawn from known distributions.
 
 Imported by the worker subprocess (tests put this folder on PYTHONPATH). Each implementation's centre is
-fixed; `redundant_launches` multiplies the step time, as the real option does. Every worker start is
-appended to $SYNTHETIC_PERF_LOG so tests can count processes.
+fixed; every process lands a little off it (`PROCESS_DRIFT`, as clocks and placement move a real process), and
+its repetitions scatter around that (`NOISE`); `redundant_launches` multiplies the step time, as the real
+option does. Every worker start is appended to $SYNTHETIC_PERF_LOG (implementation, options, process) so tests
+can count and order processes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from qualify.perf.spec import Cell, WorkRequest, WorkResult
 
 STEP_MS = {"fast": 1.0, "slow": 1.5, "same-a": 1.2, "same-b": 1.2}
 NOISE = {"fast": 0.01, "slow": 0.01, "same-a": 0.08, "same-b": 0.08}
+PROCESS_DRIFT = {"fast": 0.005, "slow": 0.005, "same-a": 0.01, "same-b": 0.01}
 
 
 def measure(request: WorkRequest) -> WorkResult:
@@ -32,18 +35,19 @@ def _measure(request: WorkRequest, factor: float) -> WorkResult:
     log = os.environ.get("SYNTHETIC_PERF_LOG")
     if log:
         with open(log, "a") as fh:
-            fh.write(f"{request.implementation} {request.options}\n")
+            fh.write(f"{request.implementation} {request.options} p{request.process}\n")
     shape, timing = request.shape_set(), request.timing_config()
     slow = request.implementation_options().redundant_launches
-    # Deterministic per (implementation, options): two runs of the same thing draw the same timings.
-    digest = hashlib.sha256(f"{request.implementation}:{request.options}".encode()).digest()
-    rng = np.random.default_rng(int.from_bytes(digest[:8], "little"))
+    # Deterministic per (implementation, options, process) and cell: two runs of the same thing draw the same
+    # timings, the processes of one run differ, and a cell's draws do not depend on which others were asked for.
+    process_factor = 1 + PROCESS_DRIFT[request.implementation] * _rng(request).standard_normal()
     cells = []
     for suffix in shape.suffixes:
         for batch in shape.batches:
             for name in request.metrics:
                 m = metric(name)
-                centre = STEP_MS[request.implementation] * factor * slow * (1 + batch / 64)
+                rng = _rng(request, name, batch, suffix)
+                centre = STEP_MS[request.implementation] * factor * slow * (1 + batch / 64) * process_factor
                 ms = centre * (1 + NOISE[request.implementation] * rng.standard_normal(timing.repetitions))
                 ms = [float(abs(x)) for x in ms]
                 samples = [batch / (t / 1000) for t in ms] if m.phase == "decode" else ms
@@ -67,6 +71,11 @@ def _measure(request: WorkRequest, factor: float) -> WorkResult:
         cells=cells,
         clocks={"before": {"gpus": []}, "after": {"gpus": []}},
     )
+
+
+def _rng(request: WorkRequest, *cell: object) -> np.random.Generator:
+    key = ":".join(map(str, (request.implementation, request.options, request.process, *cell)))
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little"))
 
 
 def broken(request: WorkRequest) -> WorkResult:

@@ -63,7 +63,7 @@ def test_default_gate_file_compiles_to_the_issue_matrix() -> None:
     assert (p.candidate, p.baseline) == ("fused-k16v8", "flashinfer-inject-bf16")
     assert (p.shape.model, p.shape.num_layers, p.shape.cartridge_len, p.shape.page_size) == ("Qwen3-8B", 36, 632, 8)
     assert p.shape.generated_tokens == 32 and p.shape.decode_live(128) == 144
-    assert (p.timing.warmups, p.timing.repetitions) == (2, 5)
+    assert (p.timing.warmups, p.timing.repetitions, p.timing.processes) == (2, 5, 3)
     assert p.thresholds == {"decode_tokens_per_s": 1.0, "ttft_proxy_ms": 1.0}
     release = by_gate["perf-release"][0]
     assert release.baseline == "release" and release.thresholds["decode_tokens_per_s"] == 0.97
@@ -75,6 +75,19 @@ def test_default_gate_file_compiles_to_the_issue_matrix() -> None:
 def test_slowed_gate_file_declares_real_extra_work() -> None:
     items = compile_gate_file(SLOWED, default_registry()).items
     assert items and all(it.params.candidate_options.redundant_launches == 2 for it in items)  # type: ignore[attr-defined]
+    assert {it.params.timing.processes for it in items} == {2}  # type: ignore[attr-defined]
+
+
+def test_a_gate_with_no_process_is_refused_with_the_reason(tmp_path: Path) -> None:
+    path = tmp_path / "g.yaml"
+    fields = {"candidate": "fused-k16v8", "baseline": "flashinfer-inject-bf16", "metric": "decode_tokens_per_s",
+              "batch": 1, "thresholds": "{decode_tokens_per_s: 1.0}"}  # fmt: skip
+    path.write_text(BASE.format(**fields) + "    timing: {processes: 0}\n")
+    with pytest.raises(GateFileError) as info:
+        compile_gate_file(path, default_registry())
+    text = info.value.diagnostics()
+    assert "processes must be at least 1" in text and "process-to-process variation" in text and "got 0" in text
+    assert "g.yaml:" in text
 
 
 @pytest.mark.parametrize(

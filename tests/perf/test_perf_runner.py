@@ -1,6 +1,6 @@
 """The perf_nonregression runner end to end on CPU, with a synthetic implementation set measured in real
-worker subprocesses: one process per implementation, a slowed candidate flagged, noise inconclusive,
-and the release baseline read only from a verified signed report."""
+worker subprocesses: `timing.processes` interleaved processes per implementation, a slowed candidate flagged,
+noise inconclusive, and the release baseline read only from a verified signed report."""
 
 from __future__ import annotations
 
@@ -16,14 +16,13 @@ from qualify.errors import QualifyError, SourceLocation
 from qualify.host import HostCapabilities
 from qualify.kinds.perf_nonregression import PerfNonRegressionParams
 from qualify.perf.implementations import Implementation, ImplementationRegistry, ImplementationSet
-from qualify.perf.metrics import METRICS
 from qualify.runners.context import RunContext
 from qualify.runners.perf_nonregression import REGISTRY_OPTION, run
 from qualify.signing import sign_report
 from qualify.signing.keys import generate_keypair, load_private_key
 
 HERE = Path(__file__).parent
-BOTH = frozenset(METRICS)
+BOTH = frozenset({"decode_tokens_per_s", "ttft_proxy_ms"})  # the kernel-level metrics the synthetic set times
 
 
 def registry() -> ImplementationRegistry:
@@ -69,16 +68,29 @@ def workers(log: Path) -> list[str]:
     return log.read_text().splitlines() if log.exists() else []
 
 
-def test_one_worker_per_implementation_serves_every_cell(tmp_path: Path, log: Path) -> None:
+def test_processes_per_implementation_serve_every_cell_interleaved(tmp_path: Path, log: Path) -> None:
     c = ctx()
     outcomes = [
         run(item(tmp_path, metric=m, batch=b), c) for m in ("decode_tokens_per_s", "ttft_proxy_ms") for b in (1, 16)
     ]
     assert all(o.passed for o in outcomes)
-    assert sorted(w.split()[0] for w in workers(log)) == ["fast", "slow"]
+    # 3 fresh processes per implementation (the default), candidate and baseline alternating, shared by all items.
+    started = [(w.split()[0], w.split()[-1]) for w in workers(log)]
+    assert started == [("fast", "p0"), ("slow", "p0"), ("fast", "p1"), ("slow", "p1"), ("fast", "p2"), ("slow", "p2")]
     m = outcomes[0].measurements
     assert m["candidate"] == "fast" and m["baseline"] == "slow" and m["metric"] == "decode_tokens_per_s"
-    assert len(m["candidate_samples"]) == 7 and m["ratio"] == pytest.approx(1.5, rel=0.05)
+    assert m["processes"] == {"candidate": 3, "baseline": 3}
+    groups = m["candidate_process_samples"]
+    assert [len(g) for g in groups] == [7, 7, 7] and len(m["baseline_process_samples"]) == 3
+    assert m["candidate_samples"] == [x for g in groups for x in g]  # the pooled list, for older readers
+    assert len({g[0] for g in groups}) == 3  # three different processes, not one result copied
+    assert m["ratio"] == pytest.approx(1.5, rel=0.05)
+    assert len(m["clocks"]["candidate"]) == 3 and len(m["candidate_worker_wall_s"]) == 3
+    check = outcomes[0].checks[0]
+    assert "process-level Welch t interval (df " in check.statistic
+    assert "on the log medians of 3 processes x 7 repetitions per side" in check.statistic
+    assert m["ci_method"] == "process-t" and m["ci_fallback"] is None and 2.0 <= m["ci_df"] <= 4.0
+    assert check.n == 3
     assert m["bytes_moved"] == {"candidate": 1000, "baseline": 1000}
     assert outcomes[2].measurements["direction"] == "lower" and outcomes[2].checks[0].operator == "<="
     assert outcomes[0].tables and outcomes[0].tables[0].rows[0][0] == "decode_tokens_per_s"
@@ -92,7 +104,7 @@ def test_slowed_candidate_is_flagged_as_a_regression(tmp_path: Path, log: Path) 
     assert not tok.passed and tok.checks[0].outcome == "fail" and tok.measurements["ratio"] < 0.6
     assert not ttft.passed and ttft.checks[0].outcome == "fail" and ttft.measurements["ratio"] > 1.8
     assert tok.measurements["candidate"] == "fast[redundant_launches=2]"
-    assert len(workers(log)) == 2  # the slowed and the plain candidate are different processes
+    assert len(workers(log)) == 6  # the slowed and the plain candidate are different processes, 3 each
 
 
 def test_noise_is_inconclusive_and_fails_under_strict(tmp_path: Path, log: Path) -> None:
@@ -119,6 +131,49 @@ def test_a_failing_worker_is_reported_with_its_output_and_started_once(tmp_path:
     assert workers(log) == ["broken x"]
 
 
+def test_the_process_count_is_the_gates_and_processes_are_shared_across_gates(tmp_path: Path, log: Path) -> None:
+    c = ctx()
+    two = run(item(tmp_path, timing={"repetitions": 6, "processes": 2}), c)
+    assert two.measurements["processes"] == {"candidate": 2, "baseline": 2}
+    assert "2 processes x 6 repetitions" in two.checks[0].statistic
+    assert len(workers(log)) == 4
+    # Another gate with the same measurement and 4 processes reuses processes 0 and 1 and starts 2 and 3.
+    four = run(item(tmp_path, timing={"repetitions": 6, "processes": 4}, thresholds={"decode_tokens_per_s": 1.2}), c)
+    assert four.measurements["processes"] == {"candidate": 4, "baseline": 4}
+    assert [w.split()[-1] for w in workers(log)[4:]] == ["p2", "p2", "p3", "p3"]
+    assert four.measurements["candidate_process_samples"][:2] == two.measurements["candidate_process_samples"]
+    assert four.measurements["baseline_process_samples"][:2] == two.measurements["baseline_process_samples"]
+
+
+def test_the_two_level_bootstrap_is_selectable_and_reuses_the_same_processes(tmp_path: Path, log: Path) -> None:
+    c = ctx()
+    t = run(item(tmp_path), c)
+    boot = run(item(tmp_path, timing={"repetitions": 7, "ci_method": "two-level-bootstrap"}), c)
+    assert len(workers(log)) == 6  # the CI method is statistics only: the same 3 + 3 processes serve both
+    assert t.measurements["candidate_process_samples"] == boot.measurements["candidate_process_samples"]
+    assert boot.measurements["ci_method"] == "two-level-bootstrap" and boot.measurements["ci_df"] is None
+    assert "percentile two-level bootstrap over 3 processes x 7 repetitions per side" in boot.checks[0].statistic
+    assert boot.passed and t.passed and boot.measurements["ratio"] == t.measurements["ratio"]
+    with pytest.raises(ValueError, match="ci_method"):
+        item(tmp_path, timing={"ci_method": "bca"})
+
+
+def test_one_process_falls_back_to_the_flat_bootstrap_and_says_so(tmp_path: Path, log: Path) -> None:
+    out = run(item(tmp_path, timing={"repetitions": 7, "processes": 1}), ctx())
+    assert [w.split()[0] for w in workers(log)] == ["fast", "slow"]
+    assert out.measurements["processes"] == {"candidate": 1, "baseline": 1} and out.checks[0].n == 7
+    assert "flat bootstrap over the repetitions of one process per side" in out.checks[0].statistic
+    assert "process-t not used: one process per side" in out.checks[0].statistic
+    assert out.measurements["ci_method"] == "flat-bootstrap" and out.measurements["ci_method_requested"] == "process-t"
+    assert any("timing.processes is 1" in n and "t interval needs 2 or more" in n for n in out.notes)
+    assert out.measurements["baseline_source"] == "measured in this run (1 fresh process)"
+
+
+def test_zero_processes_are_refused_with_the_reason(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"processes must be at least 1 \(3 or more for a CI that includes"):
+        item(tmp_path, timing={"processes": 0})
+
+
 # -- release baseline -----------------------------------------------------------------------------------
 def signed_release(tmp_path: Path, c: RunContext, cells: list[GateItem]) -> tuple[Path, Path]:
     items = [
@@ -136,7 +191,7 @@ def signed_release(tmp_path: Path, c: RunContext, cells: list[GateItem]) -> tupl
 def test_release_baseline_passes_unchanged_and_flags_a_slowed_candidate(
     tmp_path: Path, log: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    envelope, public = signed_release(tmp_path, ctx(), [item(tmp_path, metric=m) for m in METRICS])
+    envelope, public = signed_release(tmp_path, ctx(), [item(tmp_path, metric=m) for m in sorted(BOTH)])
     monkeypatch.setenv("QUALIFY_BASELINE_PUBLIC_KEY", str(public))
     release = {"baseline": "release", "thresholds": {"decode_tokens_per_s": 0.97, "ttft_proxy_ms": 1.03}}
     now = ctx(baseline=envelope)
@@ -148,6 +203,35 @@ def test_release_baseline_passes_unchanged_and_flags_a_slowed_candidate(
     # A slowed build has no cell in the release report (other options): refused, not compared with another.
     with pytest.raises(QualifyError, match="no measured perf cell"):
         run(item(tmp_path, candidate_options={"redundant_launches": 2}, **release), now)
+
+
+def test_a_release_report_without_process_samples_is_read_as_one_process(
+    tmp_path: Path, log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    c = ctx()
+    cell = item(tmp_path)
+    measured = run(cell, c).measurements
+    # What a report written before processes were recorded holds: the pooled samples of one process only.
+    legacy = {k: v for k, v in measured.items() if not k.endswith("_process_samples") and k != "processes"}
+    legacy["candidate_samples"] = measured["candidate_process_samples"][0]
+    keys = generate_keypair(tmp_path / "keys")
+    report = {"verdict": "PASS", "items": [{"name": cell.name, "kind": "perf_nonregression", "measurements": legacy}]}
+    _, envelope = sign_report(json.loads(json.dumps(report)), [], load_private_key(keys.private))
+    path = tmp_path / "legacy.dsse.json"
+    path.write_bytes(envelope)
+    monkeypatch.setenv("QUALIFY_BASELINE_PUBLIC_KEY", str(keys.public))
+    c.baseline = path
+    out = run(item(tmp_path, baseline="release", thresholds={"decode_tokens_per_s": 0.97}), c)
+    assert out.measurements["processes"] == {"candidate": 3, "baseline": 1}
+    assert out.measurements["baseline_process_samples"] == [legacy["candidate_samples"]]
+    statistic = out.checks[0].statistic
+    assert "two-level bootstrap over 3 processes x 7 repetitions (fast) and 1 process x 7 repetitions" in statistic
+    assert "release:fast has one process, so its process-to-process variation is not in this CI" in statistic
+    assert "process-t not used: the baseline has one process" in statistic
+    assert out.measurements["ci_method"] == "two-level-bootstrap"
+    assert any(n.startswith("ci_method process-t not used: the baseline has one process") for n in out.notes)
+    assert any("records no per-process samples" in n for n in out.notes)
+    assert out.passed  # the same build: the ratio is about 1
 
 
 def test_release_slowdown_is_a_regression(tmp_path: Path, log: Path, monkeypatch: pytest.MonkeyPatch) -> None:

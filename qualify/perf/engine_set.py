@@ -1,0 +1,141 @@
+"""The `engine` implementation set: vLLM serving a cartridge, one fresh process per layout.
+
+Each worker builds one engine (`qualify.serve.engine.build_llm`) for its layout over the shape set's model
+(`shape.engine.model_dir`, by default the Qwen3-8B architecture with dummy weights), then for every
+(suffix, batch) cell sends `batch` prompts at once (`suffix` question tokens after the cartridge, as token
+ids), `warmups` untimed batches of exactly that shape, then `repetitions` timed ones. Samples per repetition:
+output tokens/s of the batch and the median / p95 of its requests' TTFT (vLLM's request metrics). Fresh
+questions per batch; prefix caching is off in every layout, so nothing is reused between batches.
+
+With ``QUALIFY_ENGINE_RUNS_DIR`` set, each worker also writes its result there as ``<layout>.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from qualify.perf.gpu_info import device_facts, read_clocks, versions
+from qualify.perf.spec import Cell, WorkRequest, WorkResult
+from qualify.serve.config import Mode
+from qualify.serve.engine import (
+    BatchTiming,
+    build_llm,
+    kv_capacity,
+    prompt_token_ids,
+    random_questions,
+    run_batch,
+    write_random_cartridge,
+)
+from qualify.serve.layouts import layout as get_layout
+from qualify.serve.settings import EngineSettings
+
+RUNS_DIR_ENV = "QUALIFY_ENGINE_RUNS_DIR"
+
+
+def _cells(
+    metrics: list[str], batch: int, suffix: int, live: int, runs: list[BatchTiming], detail: dict[str, Any]
+) -> list[Cell]:
+    values = {
+        "output_tokens_per_s": [r.output_tokens_per_s for r in runs],
+        "ttft_p50_ms": [r.ttft_quantile_ms(0.5) for r in runs],
+        "ttft_p95_ms": [r.ttft_quantile_ms(0.95) for r in runs],
+    }
+    return [
+        Cell(
+            metric=m,  # type: ignore[arg-type]
+            batch=batch,
+            suffix=suffix,
+            live=live,
+            samples=values[m],
+            step_ms=[r.wall_s * 1e3 for r in runs],
+            bytes_moved=0,
+            method="vllm LLM.generate, eager",
+            detail=detail,
+        )
+        for m in metrics
+        if m in values
+    ]
+
+
+def measure(request: WorkRequest) -> WorkResult:
+    started = time.perf_counter()
+    shape = request.shape_set()
+    timing = request.timing_config()
+    settings = shape.engine or EngineSettings()
+    lay = get_layout(request.implementation)
+    gen = shape.generated_tokens
+    vocab = int(settings.hf_config()["vocab_size"])
+    rng = random.Random(request.seed)
+    notes = [
+        f"layout {lay.name}: {lay.description}",
+        f"model {settings.model_dir} with load_format={settings.load_format}: timing is valid for this architecture, "
+        "output quality is not"
+        if settings.load_format in ("dummy", "qualify_seeded")
+        else f"model {settings.model_dir}",
+    ]
+    if lay.mode is Mode.SHARED and lay.live_value_dtype == "fp8_e4m3":
+        notes.append("live V in FP8 keeps BF16-sized pages (no capacity gain in this version; V bytes read are halved)")
+    clocks_before = read_clocks()
+    with tempfile.TemporaryDirectory(prefix="qualify-engine-") as tmp:
+        cartridge = write_random_cartridge(
+            Path(tmp) / "cartridge.safetensors", settings, shape.cartridge_len, request.seed
+        )
+        t0 = time.perf_counter()
+        llm = build_llm(lay, cartridge, shape.cartridge_len, settings, seed=request.seed)
+        startup_s = time.perf_counter() - t0
+        capacity = kv_capacity(llm)
+        cells: list[Cell] = []
+        for suffix in shape.suffixes:
+            per_request = (shape.cartridge_len if lay.mode is Mode.INJECT else 0) + suffix + gen
+            for batch in shape.batches:
+
+                def prompts(batch: int = batch, suffix: int = suffix) -> list[list[int]]:
+                    questions = random_questions(batch, suffix, vocab, rng, settings.placeholder_token_id)
+                    return prompt_token_ids(lay, questions, shape.cartridge_len, settings.placeholder_token_id)
+
+                for _ in range(timing.warmups):
+                    run_batch(llm, prompts(), gen)
+                runs = [run_batch(llm, prompts(), gen) for _ in range(timing.repetitions)]
+                detail = {
+                    "requests_per_s": [r.requests_per_s for r in runs],
+                    "ttft_p50_ms": [r.ttft_quantile_ms(0.5) for r in runs],
+                    "ttft_p95_ms": [r.ttft_quantile_ms(0.95) for r in runs],
+                    "wall_ms": [r.wall_s * 1e3 for r in runs],
+                    "prompt_tokens_per_request": per_request - gen,
+                    "kv_tokens_per_request": per_request,
+                    "kv_capacity_tokens": capacity["tokens"],
+                    "admitted_concurrency": min(settings.max_num_seqs, capacity["tokens"] // per_request),
+                }
+                cells += _cells(list(request.metrics), batch, suffix, suffix + gen, runs, detail)
+        gpu: dict[str, Any] = {"kv_cache": capacity, "engine_startup_s": startup_s}
+        if torch.cuda.is_available():
+            free, total = torch.cuda.mem_get_info()
+            # Device-wide (the engine preallocates its KV cache up to gpu_memory_utilization).
+            gpu.update(device_facts(), device_memory_used_bytes=int(total - free))
+    import vllm
+
+    result = WorkResult(
+        implementation_set=request.implementation_set,
+        implementation=request.implementation,
+        options=request.options,
+        cells=cells,
+        gpu=gpu,
+        clocks={"before": clocks_before, "after": read_clocks()},
+        versions={**versions(), "vllm": vllm.__version__},
+        identity=None,
+        peak_bandwidth_tbps=None,
+        wall_s=time.perf_counter() - started,
+        notes=notes,
+    )
+    runs_dir = os.environ.get(RUNS_DIR_ENV)
+    if runs_dir:
+        Path(runs_dir).mkdir(parents=True, exist_ok=True)
+        (Path(runs_dir) / f"{lay.name}.json").write_text(result.model_dump_json(indent=1))
+    return result

@@ -1,0 +1,240 @@
+"""`shared` mode: the ``CUSTOM`` attention backend that runs the fused cartridge kernel inside vLLM 0.26.
+
+Per step, the metadata builder plans one `CartridgeAttention` from vLLM's own batch tensors (block table
+rows used in place, no host read of device memory); per layer, the impl writes the step's new K and V into
+the paged cache (K BF16; V BF16 or FP8 E4M3) and launches the kernel once over the layer's shared cartridge
+and the live pages. The cartridge is read once per worker, onto the GPU, outside the paged cache.
+
+The paged cache keeps vLLM's FlashAttention layout, logical ``(blocks, H_kv, block, 2 * D)``: K in the first
+half of the last dim, V in the second. With FP8 live V the V half keeps its BF16 size and only its first D
+bytes are used: bandwidth is halved for V reads, the page count is not (said in the benchmark report).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch
+from cartridge_attn import CartridgeAttention
+from cartridge_attn.cache_write import write_live_kv
+from vllm.v1.attention.backend import (
+    AttentionBackend,
+    AttentionCGSupport,
+    AttentionImpl,
+    AttentionMetadataBuilder,
+    AttentionType,
+    CommonAttentionMetadata,
+)
+from vllm.v1.attention.backends.utils import get_kv_cache_layout
+
+from qualify.serve.config import CartridgeServingError, Mode, check_engine, engine_facts, serving_config
+from qualify.serve.plugin import require_supported_vllm
+from qualify.serve.store import LayerCartridge, load_layers
+
+FP8 = torch.float8_e4m3fn
+
+
+@dataclass
+class CartridgeMetadata:
+    num_actual_tokens: int
+    slot_mapping: torch.Tensor
+    attn: CartridgeAttention  # planned for this step; every layer runs the same plan
+    cartridge: dict[str, LayerCartridge]  # layer name -> its cartridge on the GPU
+    live_v_fp8: bool
+
+
+def _layer_order(name: str) -> tuple[int, str]:
+    for part in name.split("."):
+        if part.isdigit():
+            return int(part), name
+    return 1 << 30, name
+
+
+class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+
+    def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any, device: torch.device) -> None:
+        super().__init__(kv_cache_spec, layer_names, vllm_config, device)
+        require_supported_vllm()
+        cfg = serving_config(vllm_config.additional_config)
+        if cfg is None or cfg.mode is not Mode.SHARED:
+            raise CartridgeServingError(
+                "the CUSTOM attention backend of qualify.serve needs additional_config.cartridge with mode: shared"
+            )
+        facts = engine_facts(vllm_config)
+        check_engine(cfg, facts)
+        self.cfg, self.facts = cfg, facts
+        layers = load_layers(cfg, facts, device, value_dtype=cfg.cartridge_value_dtype)
+        names = sorted(layer_names, key=_layer_order)
+        if len(names) != len(layers):
+            raise CartridgeServingError(
+                f"cartridge {cfg.path}: {len(layers)} layers for {len(names)} attention layers in this KV cache group"
+            )
+        self.cartridge = dict(zip(names, layers, strict=True))
+        self.cartridge_v_dtype = FP8 if cfg.cartridge_value_dtype == "fp8_e4m3" else torch.bfloat16
+        self.live_v_fp8 = cfg.live_value_dtype == "fp8_e4m3"
+
+    def build(
+        self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False
+    ) -> CartridgeMetadata:
+        m = common_attn_metadata
+        n = m.num_reqs
+        qsl = m.query_start_loc_cpu[: n + 1]
+        query_lens = (qsl[1:] - qsl[:-1]).tolist()
+        bound = m.seq_lens_cpu_upper_bound
+        attn = CartridgeAttention()
+        attn.plan_block_table(
+            m.query_start_loc,
+            query_lens,
+            m.seq_lens,
+            m.block_table_tensor,
+            max_seq_len=int(m.max_seq_len),
+            seq_lens_bound=bound[:n].tolist() if bound is not None else None,
+            num_qo_heads=self.facts.num_qo_heads,
+            num_kv_heads=self.facts.num_kv_heads,
+            head_dim=self.facts.head_dim,
+            page_size=self.facts.block_size,
+            cartridge_len=self.cfg.cartridge_len,
+            q_dtype=torch.bfloat16,
+            cartridge_v_dtype=self.cartridge_v_dtype,
+            live_v_dtype=FP8 if self.live_v_fp8 else torch.bfloat16,
+            causal=True,
+        )
+        return CartridgeMetadata(
+            # The scheduled tokens, not m.num_actual_tokens, which may include padding.
+            num_actual_tokens=int(qsl[-1]),
+            slot_mapping=m.slot_mapping,
+            attn=attn,
+            cartridge=self.cartridge,
+            live_v_fp8=self.live_v_fp8,
+        )
+
+
+class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
+    def __init__(
+        self,
+        num_heads: int,
+        head_size: int,
+        scale: float,
+        num_kv_heads: int | None = None,
+        alibi_slopes: list[float] | None = None,
+        sliding_window: int | None = None,
+        kv_cache_dtype: str = "auto",
+        logits_soft_cap: float | None = None,
+        attn_type: str = AttentionType.DECODER,
+        kv_sharing_target_layer_name: str | None = None,
+        **extra: Any,
+    ) -> None:
+        unsupported = {
+            "alibi_slopes": alibi_slopes is not None,
+            "sliding_window": sliding_window is not None,
+            "logits_soft_cap": bool(logits_soft_cap),
+            "attn_type": attn_type != AttentionType.DECODER,
+            "kv_sharing_target_layer_name": kv_sharing_target_layer_name is not None,
+            "sinks": extra.get("sinks") is not None,
+        }
+        bad = [k for k, v in unsupported.items() if v]
+        if bad:
+            raise CartridgeServingError(f"the cartridge attention backend does not support {', '.join(bad)}")
+        self.num_heads = num_heads
+        self.head_size = head_size
+        self.scale = float(scale)
+        self.num_kv_heads = num_kv_heads or num_heads
+        self.kv_cache_dtype = kv_cache_dtype
+        self._v_scale: dict[str, torch.Tensor] = {}
+
+    def _live_v_scale(self, layer: Any, device: torch.device) -> torch.Tensor:
+        name = layer.layer_name
+        if name not in self._v_scale:
+            value = float(getattr(layer, "_v_scale_float", 1.0))
+            self._v_scale[name] = torch.full((self.num_kv_heads,), value, dtype=torch.float32, device=device)
+        return self._v_scale[name]
+
+    def forward(
+        self,
+        layer: Any,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        kv_cache: torch.Tensor,
+        attn_metadata: CartridgeMetadata,
+        output: torch.Tensor,
+        output_scale: torch.Tensor | None = None,
+        output_block_scale: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        if output_scale is not None or output_block_scale is not None:
+            raise CartridgeServingError("the cartridge attention backend does not fuse output quantization")
+        if attn_metadata is None:  # profiling run
+            return output.fill_(0)
+        md = attn_metadata
+        n = md.num_actual_tokens
+        d = self.head_size
+        pages = kv_cache.transpose(1, 2)  # (blocks, block, H_kv, 2 * D), any physical order
+        k_pages = pages[..., :d]
+        v_pages = pages[..., d:]
+        v_scale = None
+        if md.live_v_fp8:
+            v_pages = v_pages.view(FP8)[..., :d]
+            v_scale = self._live_v_scale(layer, kv_cache.device)
+        write_live_kv(key, value, k_pages, v_pages, md.slot_mapping[:n], v_scale)
+        cart = md.cartridge[layer.layer_name]
+        md.attn.run(
+            query[:n],
+            cart.k,
+            cart.v,
+            (k_pages, v_pages),
+            cartridge_v_scale=cart.v_scale,
+            live_v_scale=v_scale,
+            out=output[:n],
+        )
+        return output
+
+
+class CartridgeAttentionBackend(AttentionBackend):
+    """Registered as ``AttentionBackendEnum.CUSTOM`` by qualify.serve.plugin."""
+
+    supported_dtypes: ClassVar[list[torch.dtype]] = [torch.bfloat16]
+    supported_kv_cache_dtypes: ClassVar[list[str]] = ["auto", "bfloat16"]
+    forward_includes_kv_cache_update: bool = True
+
+    @staticmethod
+    def get_name() -> str:
+        return "CUSTOM"
+
+    @staticmethod
+    def get_supported_kernel_block_sizes() -> list[int]:
+        return [8, 16]
+
+    @classmethod
+    def get_supported_head_sizes(cls) -> list[int]:
+        return [64, 128]
+
+    @staticmethod
+    def get_impl_cls() -> type[CartridgeAttentionImpl]:
+        return CartridgeAttentionImpl
+
+    @staticmethod
+    def get_builder_cls() -> type[CartridgeMetadataBuilder]:
+        return CartridgeMetadataBuilder
+
+    @staticmethod
+    def get_kv_cache_shape(
+        num_blocks: int, block_size: int, num_kv_heads: int, head_size: int, cache_dtype_str: str = "auto"
+    ) -> tuple[int, ...]:
+        return (num_blocks, num_kv_heads, block_size, 2 * head_size)
+
+    @staticmethod
+    def get_kv_cache_stride_order(include_num_layers_dimension: bool = False) -> tuple[int, ...]:
+        nhd = get_kv_cache_layout() == "NHD"
+        if include_num_layers_dimension:
+            return (1, 0, 3, 2, 4) if nhd else (1, 2, 0, 3, 4)
+        return (0, 2, 1, 3) if nhd else (0, 1, 2, 3)
+
+    @staticmethod
+    def use_cascade_attention(*args: Any, **kwargs: Any) -> bool:
+        return False
+
+    @classmethod
+    def supports_compute_capability(cls, capability: Any) -> bool:
+        return getattr(capability, "major", None) == 9

@@ -1,0 +1,237 @@
+"""What an engine serving a cartridge is asked to do, the engine arguments for it, and the guards.
+
+Nothing here imports vLLM: the checks take plain facts about the engine (`EngineFacts`) so that they are
+tested on any machine, and the vLLM-side modules call them with facts read from ``VllmConfig``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from qualify.errors import QualifyError
+
+SUPPORTED_VLLM = "0.26"
+ADDITIONAL_CONFIG_KEY = "cartridge"  # VllmConfig.additional_config["cartridge"] holds a ServingConfig
+CONNECTOR_CLASS = "CartridgeInjectConnector"
+CONNECTOR_MODULE = "qualify.serve.connector"
+BACKEND_CLASS = "qualify.serve.backend.CartridgeAttentionBackend"
+# Architectures whose positions the shared mode offsets by the cartridge length (model.py defines them).
+SHARED_ARCHITECTURES: dict[str, str] = {
+    "Qwen3ForCausalLM": "CartridgeQwen3ForCausalLM",
+    "Qwen2ForCausalLM": "CartridgeQwen2ForCausalLM",
+    "LlamaForCausalLM": "CartridgeLlamaForCausalLM",
+}
+KERNEL_PAGE_SIZES = (16, 8)  # cartridge_attn's page sizes, preferred first
+
+
+class CartridgeServingError(QualifyError):
+    """An engine configuration that cannot serve the cartridge correctly (raised before anything is served)."""
+
+
+class Mode(StrEnum):
+    INJECT = "inject"
+    SHARED = "shared"
+
+
+class ServingConfig(BaseModel):
+    """One cartridge served by one engine (``additional_config={"cartridge": {...}}``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Mode
+    path: str = Field(description="cartridge file (.safetensors or .pt, see qualify.cartridge.io)")
+    cartridge_len: int = Field(ge=1, description="positions in the cartridge; checked against the file")
+    placeholder_token_id: int = Field(
+        default=0, ge=0, description="inject: prompts start with cartridge_len copies of this token id"
+    )
+    cartridge_value_dtype: Literal["fp8_e4m3", "bfloat16"] = Field(
+        default="fp8_e4m3", description="shared: the cartridge V dtype (keys stay BF16)"
+    )
+    live_value_dtype: Literal["bfloat16", "fp8_e4m3"] = Field(
+        default="bfloat16", description="shared: the live (paged) V dtype; FP8 uses per-layer scale 1"
+    )
+
+
+def check_vllm_version(version: str) -> None:
+    """Refuse any vLLM but 0.26.x: the connector and backend interfaces used here are not stable APIs."""
+    parts = version.split(".")
+    if ".".join(parts[:2]) != SUPPORTED_VLLM:
+        raise CartridgeServingError(
+            f"cartridge serving targets vLLM {SUPPORTED_VLLM}.x (KV connector v1 and attention backend "
+            f"interfaces of that release); this environment has vLLM {version}. Install vllm>=0.26,<0.27."
+        )
+
+
+def serving_config(additional_config: Any) -> ServingConfig | None:
+    """The engine's ServingConfig, or None when it serves no cartridge. More than one is refused."""
+    if not isinstance(additional_config, dict) or ADDITIONAL_CONFIG_KEY not in additional_config:
+        return None
+    raw = additional_config[ADDITIONAL_CONFIG_KEY]
+    if isinstance(raw, (list, tuple)):
+        raise CartridgeServingError(
+            f"additional_config.{ADDITIONAL_CONFIG_KEY}: one cartridge per engine, got a list of {len(raw)}"
+        )
+    if not isinstance(raw, dict):
+        raise CartridgeServingError(f"additional_config.{ADDITIONAL_CONFIG_KEY}: a mapping, got {type(raw).__name__}")
+    try:
+        return ServingConfig.model_validate(raw)
+    except ValueError as exc:
+        raise CartridgeServingError(f"additional_config.{ADDITIONAL_CONFIG_KEY}: {exc}") from None
+
+
+@dataclass(frozen=True)
+class EngineFacts:
+    """What the guards need to know about an engine, read from its VllmConfig."""
+
+    architectures: tuple[str, ...]
+    num_layers: int
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    block_size: int
+    kv_cache_dtype: str
+    model_dtype: str
+    speculative: bool
+    prefix_caching: bool
+    cascade_attn: bool  # True unless the engine disables cascade attention
+    attention_backend: str | None
+    kv_connector: str | None
+
+
+@dataclass(frozen=True)
+class CartridgeFacts:
+    num_layers: int
+    num_tokens: int
+    num_kv_heads: int
+    head_dim: int
+
+
+def _fail(field: str, want: str, got: object) -> None:
+    raise CartridgeServingError(f"cartridge serving: {field}: expected {want}, got {got!r}")
+
+
+def check_engine(cfg: ServingConfig, engine: EngineFacts) -> None:
+    """Fail closed on anything the mode cannot serve correctly; called before any request is served."""
+    if cfg.mode is Mode.SHARED:
+        if engine.speculative:
+            _fail("speculative_config", "none in shared mode (drafts would attend without the cartridge)", "set")
+        if engine.prefix_caching:
+            _fail("enable_prefix_caching", "False in shared mode", True)
+        if engine.cascade_attn:
+            _fail("disable_cascade_attn", "True in shared mode (one kernel, one softmax; no cascade split)", False)
+        if engine.attention_backend != "CUSTOM":
+            _fail("attention_config.backend", "CUSTOM (qualify.serve.backend) in shared mode", engine.attention_backend)
+        if engine.block_size not in KERNEL_PAGE_SIZES:
+            _fail(
+                "block_size",
+                f"one of the kernel's page sizes {sorted(KERNEL_PAGE_SIZES)} in shared mode",
+                engine.block_size,
+            )
+        if cfg.cartridge_len % engine.block_size:
+            _fail(
+                "block_size",
+                f"a divisor of the cartridge length {cfg.cartridge_len} (the kernel's live pages start on a page "
+                "boundary)",
+                engine.block_size,
+            )
+        wrapped = set(SHARED_ARCHITECTURES.values())
+        if not any(a in wrapped for a in engine.architectures):
+            _fail(
+                "hf_overrides.architectures",
+                f"one of {sorted(wrapped)} (positions after the cartridge) in shared mode",
+                list(engine.architectures),
+            )
+        if engine.kv_cache_dtype not in ("auto", "bfloat16"):
+            _fail(
+                "kv_cache_dtype",
+                "auto/bfloat16 (live keys stay BF16; live V dtype is live_value_dtype)",
+                engine.kv_cache_dtype,
+            )
+        if engine.model_dtype != "bfloat16":
+            _fail("dtype", "bfloat16 (the kernel's query and key dtype)", engine.model_dtype)
+        if engine.kv_connector is not None:
+            _fail("kv_transfer_config", "unset in shared mode (nothing is injected)", engine.kv_connector)
+    else:
+        if engine.kv_connector != CONNECTOR_CLASS:
+            _fail("kv_transfer_config.kv_connector", f"{CONNECTOR_CLASS} in inject mode", engine.kv_connector)
+        if engine.speculative:
+            _fail("speculative_config", "none (not qualified with cartridges)", "set")
+
+
+def check_cartridge(cfg: ServingConfig, engine: EngineFacts, cart: CartridgeFacts) -> None:
+    """The cartridge file must match the model and the declared length."""
+    if cart.num_tokens != cfg.cartridge_len:
+        _fail(f"cartridge {cfg.path} length", f"cartridge_len = {cfg.cartridge_len}", cart.num_tokens)
+    want = (engine.num_layers, engine.num_kv_heads, engine.head_dim)
+    got = (cart.num_layers, cart.num_kv_heads, cart.head_dim)
+    if want != got:
+        _fail(f"cartridge {cfg.path} shape (layers, kv heads, head_dim)", f"the model's {want}", got)
+
+
+def shared_block_size(cartridge_len: int) -> int:
+    """The largest kernel page size that divides the cartridge length."""
+    for size in KERNEL_PAGE_SIZES:
+        if cartridge_len % size == 0:
+            return size
+    raise CartridgeServingError(
+        f"cartridge length {cartridge_len} is not a multiple of any page size the kernel supports {KERNEL_PAGE_SIZES}"
+    )
+
+
+def engine_kwargs(cfg: ServingConfig, architecture: str, **base: Any) -> dict[str, Any]:
+    """Keyword arguments for ``vllm.LLM`` serving `cfg` with a model of `architecture`.
+
+    ``base`` (model, dtype, load_format, max_num_seqs, ...) is kept; the mode's own settings win over it.
+    """
+    out = dict(base)
+    extra = dict(out.pop("additional_config", None) or {})
+    extra[ADDITIONAL_CONFIG_KEY] = cfg.model_dump(mode="json")
+    out["additional_config"] = extra
+    out["enable_prefix_caching"] = False  # inject: measure the copy per request; shared: guard
+    if cfg.mode is Mode.INJECT:
+        out["kv_transfer_config"] = {
+            "kv_connector": CONNECTOR_CLASS,
+            "kv_connector_module_path": CONNECTOR_MODULE,
+            "kv_role": "kv_both",
+        }
+        return out
+    if architecture not in SHARED_ARCHITECTURES:
+        raise CartridgeServingError(
+            f"shared mode supports architectures {sorted(SHARED_ARCHITECTURES)}; got {architecture!r}"
+        )
+    overrides = dict(out.pop("hf_overrides", None) or {})
+    overrides["architectures"] = [SHARED_ARCHITECTURES[architecture]]
+    out["hf_overrides"] = overrides
+    out["attention_config"] = {**(out.get("attention_config") or {}), "backend": "CUSTOM"}
+    out["block_size"] = shared_block_size(cfg.cartridge_len)
+    out["disable_cascade_attn"] = True
+    out["dtype"] = "bfloat16"
+    out.pop("kv_cache_dtype", None)
+    return out
+
+
+def engine_facts(vllm_config: Any) -> EngineFacts:
+    """Read EngineFacts from a vLLM VllmConfig (duck-typed, so this module needs no vLLM import)."""
+    mc, cc = vllm_config.model_config, vllm_config.cache_config
+    hf = mc.hf_config
+    backend = getattr(getattr(vllm_config, "attention_config", None), "backend", None)
+    ktc = getattr(vllm_config, "kv_transfer_config", None)
+    return EngineFacts(
+        architectures=tuple(getattr(hf, "architectures", None) or ()),
+        num_layers=int(hf.num_hidden_layers),
+        num_qo_heads=int(hf.num_attention_heads),
+        num_kv_heads=int(getattr(hf, "num_key_value_heads", None) or hf.num_attention_heads),
+        head_dim=int(mc.get_head_size()),
+        block_size=int(cc.block_size),
+        kv_cache_dtype=str(cc.cache_dtype),
+        model_dtype=str(mc.dtype).replace("torch.", ""),
+        speculative=getattr(vllm_config, "speculative_config", None) is not None,
+        prefix_caching=bool(cc.enable_prefix_caching),
+        cascade_attn=not bool(getattr(mc, "disable_cascade_attn", False)),
+        attention_backend=getattr(backend, "name", None) if backend is not None else None,
+        kv_connector=getattr(ktc, "kv_connector", None) if ktc is not None else None,
+    )

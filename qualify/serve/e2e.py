@@ -1,0 +1,121 @@
+"""End-to-end agreement of serving layouts in vLLM: greedy tokens and log-probabilities, one process per layout.
+
+    python -m qualify.serve.e2e generate --layout bf16-inject --out ref.json
+    python -m qualify.serve.e2e compare ref.json cand.json --tie-eps 0.1 [--logprob-tolerance 0.1]
+
+`generate` builds the layout's engine on a small Qwen3 (fixtures/qwen3_small, seeded weights), sends a fixed
+set of prompts (the same question tokens for every layout; inject prepends the placeholder run) and writes
+greedy tokens with top-5 log-probabilities per position. The cartridge is random and seeded, identical for
+every layout. `compare` applies `qualify.serve.agreement` and exits 1 when the check fails.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from qualify.serve.agreement import generations_from_json, logprob_agreement, token_identity
+from qualify.serve.layouts import LAYOUTS, layout
+from qualify.serve.settings import EngineSettings
+
+SMALL = EngineSettings(
+    model_dir="fixtures/qwen3_small",
+    load_format="qualify_seeded",
+    max_num_seqs=16,
+    max_num_batched_tokens=16384,
+    max_model_len=2048,
+    gpu_memory_utilization=0.3,
+)
+
+
+def generate(layout_name: str, out: Path, *, prompts: int, question_len: int, max_tokens: int, cartridge_len: int,
+             seed: int, settings: EngineSettings = SMALL) -> dict[str, Any]:  # fmt: skip
+    from vllm.inputs import TokensPrompt
+
+    from qualify.serve.engine import (
+        build_llm,
+        prompt_token_ids,
+        random_questions,
+        sampling_params,
+        write_random_cartridge,
+    )
+
+    lay = layout(layout_name)
+    vocab = int(settings.hf_config()["vocab_size"])
+    questions = random_questions(prompts, question_len, vocab, random.Random(seed), settings.placeholder_token_id)
+    with tempfile.TemporaryDirectory(prefix="qualify-e2e-") as tmp:
+        cart = write_random_cartridge(Path(tmp) / "cartridge.safetensors", settings, cartridge_len, seed)
+        llm = build_llm(lay, cart, cartridge_len, settings, seed=seed)
+        token_ids = prompt_token_ids(lay, questions, cartridge_len, settings.placeholder_token_id)
+        params = sampling_params(max_tokens, logprobs=5)
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in token_ids], params, use_tqdm=False)
+    records = []
+    for o in outs:
+        c = o.outputs[0]
+        tops = [{str(t): float(lp.logprob) for t, lp in pos.items()} for pos in (c.logprobs or [])]
+        records.append({"tokens": list(c.token_ids), "top_logprobs": tops})
+    doc = {
+        "layout": lay.name,
+        "description": lay.description,
+        "model_dir": settings.model_dir,
+        "load_format": settings.load_format,
+        "cartridge_len": cartridge_len,
+        "seed": seed,
+        "question_len": question_len,
+        "records": records,
+    }
+    out.write_text(json.dumps(doc))
+    return doc
+
+
+def compare(reference: Path, candidate: Path, *, tie_eps: float, logprob_tolerance: float | None) -> dict[str, Any]:
+    ref, cand = json.loads(reference.read_text()), json.loads(candidate.read_text())
+    r, c = generations_from_json(ref["records"]), generations_from_json(cand["records"])
+    result: dict[str, Any] = {
+        "reference": ref["layout"],
+        "candidate": cand["layout"],
+        "token_identity": token_identity(r, c, tie_eps=tie_eps).as_dict(),
+        "tie_eps_nats": tie_eps,
+    }
+    lp = logprob_agreement(r, c, tolerance=logprob_tolerance if logprob_tolerance is not None else float("inf"))
+    result["logprobs"] = lp.as_dict()
+    checks = [result["token_identity"]["passed"]] if logprob_tolerance is None else [lp.passed]
+    result["passed"] = all(checks)
+    result["checked"] = "token identity" if logprob_tolerance is None else "log-probability tolerance"
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m qualify.serve.e2e")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("generate")
+    g.add_argument("--layout", required=True, choices=sorted(LAYOUTS))
+    g.add_argument("--out", required=True, type=Path)
+    g.add_argument("--prompts", type=int, default=8)
+    g.add_argument("--question-len", type=int, default=48)
+    g.add_argument("--max-tokens", type=int, default=32)
+    g.add_argument("--cartridge-len", type=int, default=632)
+    g.add_argument("--seed", type=int, default=1234)
+    c = sub.add_parser("compare")
+    c.add_argument("reference", type=Path)
+    c.add_argument("candidate", type=Path)
+    c.add_argument("--tie-eps", type=float, default=0.1)
+    c.add_argument("--logprob-tolerance", type=float, default=None)
+    args = ap.parse_args(argv)
+    if args.cmd == "generate":
+        generate(args.layout, args.out, prompts=args.prompts, question_len=args.question_len,
+                 max_tokens=args.max_tokens, cartridge_len=args.cartridge_len, seed=args.seed)  # fmt: skip
+        return 0
+    result = compare(args.reference, args.candidate, tie_eps=args.tie_eps, logprob_tolerance=args.logprob_tolerance)
+    print(json.dumps(result, indent=1))
+    return 0 if result["passed"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""The serving layouts the engine benchmark and the end-to-end checks run, one fresh process each."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from qualify.serve.config import Mode
+
+
+@dataclass(frozen=True)
+class ServingLayout:
+    name: str
+    mode: Mode
+    kv_cache_dtype: str  # vLLM's kv_cache_dtype for the paged cache
+    cartridge_value_dtype: Literal["fp8_e4m3", "bfloat16"]
+    live_value_dtype: Literal["bfloat16", "fp8_e4m3"]
+    description: str
+
+
+LAYOUTS: dict[str, ServingLayout] = {
+    layout.name: layout
+    for layout in (
+        ServingLayout(
+            "bf16-inject",
+            Mode.INJECT,
+            "auto",
+            "bfloat16",
+            "bfloat16",
+            "ordinary path: BF16 cartridge copied into every request's first pages by the KV connector; vLLM's "
+            "FlashAttention (FA3) backend",
+        ),
+        ServingLayout(
+            "global-fp8",
+            Mode.INJECT,
+            "fp8",
+            "bfloat16",
+            "bfloat16",
+            "vLLM's own kv_cache_dtype=fp8 (K8/V8 for cartridge and live tokens), cartridge injected per request",
+        ),
+        ServingLayout(
+            "shared-k16v8",
+            Mode.SHARED,
+            "auto",
+            "fp8_e4m3",
+            "bfloat16",
+            "one shared cartridge outside the paged cache (K BF16, V FP8 per-head scale), fused cartridge_attn "
+            "kernel as vLLM's CUSTOM backend, BF16 live pages",
+        ),
+        ServingLayout(
+            "shared-k16v8-live-fp8",
+            Mode.SHARED,
+            "auto",
+            "fp8_e4m3",
+            "fp8_e4m3",
+            "shared-k16v8 with FP8 E4M3 live V (scale 1) written by the backend; live K stays BF16",
+        ),
+        ServingLayout(
+            "shared-k16v16",
+            Mode.SHARED,
+            "auto",
+            "bfloat16",
+            "bfloat16",
+            "shared cartridge with BF16 V (the kernel's K16/V16 mode): the token-identity check against inject",
+        ),
+    )
+}
+
+
+def layout(name: str) -> ServingLayout:
+    try:
+        return LAYOUTS[name]
+    except KeyError:
+        raise KeyError(f"unknown serving layout {name!r}; choices: {', '.join(LAYOUTS)}") from None

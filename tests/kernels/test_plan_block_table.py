@@ -1,0 +1,216 @@
+"""`CartridgeAttention.plan_block_table`: planning from a vLLM-style block table, run on the same kernel.
+
+Every batch is fresh (seeded from the test id): mixed decode and prefill requests, live lengths 1..60, page
+sizes 8 and 16, GQA groups 1/2/4, BF16 and FP8 cartridge and live V. The block table has more columns than
+any request needs and more rows than the batch, shuffled page ids, and its padding points at pages whose
+every slot is NaN (as is every non-live slot of the pool), so reading past a request's pages shows. The
+output must match the fp32 reference and, bit for bit, ``plan()`` + ``run()`` on the same batch written as
+an indptr page table.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from _cartridge_attn_check import ATOL, REL_L2_MAX, RTOL, run_fused
+from _serving_kernels import poison_unused_slots, randint, run_file_in_fresh_process, seeded_generator
+from cartridge_attn import CartridgeAttention, UnsupportedLayoutError, api, random_problem, reference_attention
+
+BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
+NUM_KV_HEADS, HEAD_DIM = 2, 64
+
+# (batch kind, page size, cartridge_len, GQA group, cartridge V, live V, causal, block-table layout)
+CASES = {
+    "decode-p8-g1-cv8-lv16": ("decode", 8, 16, 1, FP8, BF16, True, "rows"),
+    "decode-p16-g4-cv16-lv8": ("decode", 16, 32, 4, BF16, FP8, True, "column-slice"),
+    "decode-packed-p8-g2-cv8-lv8": ("decode-packed", 8, 32, 2, FP8, FP8, True, "rows"),
+    "mixed-p8-g1-cv16-lv16": ("mixed", 8, 32, 1, BF16, BF16, True, "rows"),
+    "mixed-p8-g2-cv8-lv16": ("mixed", 8, 16, 2, FP8, BF16, True, "column-slice"),
+    "mixed-p16-g4-cv8-lv8": ("mixed", 16, 16, 4, FP8, FP8, True, "rows"),
+    "mixed-p16-g2-cv16-lv8": ("mixed", 16, 32, 2, BF16, FP8, True, "rows"),
+    "mixed-p8-g4-cv16-lv16": ("mixed", 8, 16, 4, BF16, BF16, True, "rows"),
+    "mixed-p16-g1-cv8-lv8-noncausal": ("mixed", 16, 32, 1, FP8, FP8, False, "rows"),
+    "prefill-p8-g4-cv16-lv8": ("prefill", 8, 16, 4, BF16, FP8, True, "column-slice"),
+    "prefill-p16-g2-cv8-lv16": ("prefill", 16, 16, 2, FP8, BF16, True, "rows"),
+}
+
+
+def draw_batch(gen: torch.Generator, kind: str) -> tuple[list[int], list[int]]:
+    """(query lengths, live lengths); live lengths include this step's queries (vLLM's seq_lens)."""
+    # 33 >= 32: the decode default packs 2 requests per program; odd, so the last pack is half empty.
+    batch = {"decode-packed": 33, "decode": randint(gen, 1, 6)}.get(kind) or randint(gen, 2, 6)
+    if kind.startswith("decode"):
+        q_lens = [1] * batch
+    elif kind == "prefill":
+        q_lens = [randint(gen, 2, 20) for _ in range(batch)]
+    else:  # at least one decode and one prefill request, in random places
+        q_lens = [1 if randint(gen, 0, 1) else randint(gen, 2, 20) for _ in range(batch)]
+        q_lens[0], q_lens[-1] = 1, randint(gen, 2, 20)
+        perm = torch.randperm(batch, generator=gen).tolist()
+        q_lens = [q_lens[i] for i in perm]
+    # Some fresh prefills (live == queries), the rest with history; 1..60 live tokens.
+    live = [n if randint(gen, 0, 3) == 0 else randint(gen, n, 60) for n in q_lens]
+    return q_lens, live
+
+
+def block_table_from(pr, gen: torch.Generator, layout: str) -> torch.Tensor:
+    """vLLM-style table: row b = request b's pages in order; padding, spare rows and columns point at spare pages."""
+    indptr, indices = pr.kv_indptr.cpu().tolist(), pr.kv_indices.cpu().tolist()
+    batch = len(indptr) - 1
+    n_pool = pr.live_k.shape[0]
+    spare = torch.tensor(sorted(set(range(n_pool)) - set(indices)), dtype=torch.int32)
+    assert spare.numel() > 0
+    width = max(indptr[b + 1] - indptr[b] for b in range(batch)) + randint(gen, 1, 3)
+    rows = batch + randint(gen, 1, 3)
+    full_width = width + (randint(gen, 1, 4) if layout == "column-slice" else 0)
+    table = spare[torch.randint(spare.numel(), (rows, full_width), generator=gen)]
+    for b in range(batch):
+        pages = indices[indptr[b] : indptr[b + 1]]
+        table[b, : len(pages)] = torch.tensor(pages, dtype=torch.int32)
+    bt = table[:, :width]
+    if layout == "column-slice":
+        assert bt.stride(0) > bt.shape[1]
+    return bt.to(pr.q.device)
+
+
+def padded(t: torch.Tensor, extra: int) -> torch.Tensor:
+    """``t`` followed by ``extra`` garbage entries (engines pad their per-request arrays)."""
+    return torch.cat([t, torch.full((extra,), 1_000_000, dtype=t.dtype, device=t.device)])
+
+
+def rel_l2(out: torch.Tensor, ref: torch.Tensor) -> float:
+    return float((out.float() - ref).nan_to_num(nan=float("inf")).norm() / ref.norm())
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_block_table_matches_reference_and_indptr_plan(
+    case: str, kernel_device: torch.device, request: pytest.FixtureRequest
+) -> None:
+    kind, page_size, cart_len, group, cart_v, live_v, causal, layout = CASES[case]
+    gen = seeded_generator(request.node.nodeid)
+    q_lens, live = draw_batch(gen, kind)
+    pr = random_problem(
+        q_lens,
+        live,
+        num_qo_heads=NUM_KV_HEADS * group,
+        num_kv_heads=NUM_KV_HEADS,
+        head_dim=HEAD_DIM,
+        page_size=page_size,
+        cartridge_len=cart_len,
+        cartridge_v_dtype=cart_v,
+        live_v_dtype=live_v,
+        spare_pages=4,
+        device=kernel_device,
+        seed=randint(gen, 0, 2**40),
+    )
+    poison_unused_slots(pr)
+    batch = len(q_lens)
+    bt = block_table_from(pr, gen, layout)
+    qsl = padded(pr.qo_indptr, randint(gen, 0, 3))
+    seq_lens = padded(torch.tensor(live, dtype=torch.int32, device=kernel_device), randint(gen, 0, 3))
+    max_seq_len = max(live) + randint(gen, 0, 8)
+    bound = [n + randint(gen, 0, 5) for n in live] if randint(gen, 0, 1) else None
+
+    attn = CartridgeAttention()
+    plan = attn.plan_block_table(
+        qsl, q_lens, seq_lens, bt, max_seq_len=max_seq_len, seq_lens_bound=bound, causal=causal, **pr.plan_kwargs()
+    )
+    want_mode = "decode" if all(n == 1 for n in q_lens) else "prefill"
+    assert (plan.mode, plan.batch, plan.total_q) == (want_mode, batch, sum(q_lens))
+    # The table is read in place: no gather, row b starts at b * row stride.
+    kv_indices = plan.tensors["kv_indices"]
+    assert kv_indices.untyped_storage().data_ptr() == bt.untyped_storage().data_ptr()
+    assert plan.tensors["kv_indptr"].cpu().tolist() == [b * bt.stride(0) for b in range(batch + 1)]
+
+    out = torch.full_like(pr.q, float("nan"))
+    got = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, out=out, **pr.run_kwargs())
+    assert got is out
+    if out.is_cuda:
+        torch.cuda.synchronize()
+    assert not torch.isnan(out).any(), "NaN in the output: an unwritten row, or a read of a non-live slot/page"
+
+    ref = reference_attention(
+        pr.q, pr.cartridge_k, pr.cartridge_v, pr.live_k, pr.live_v, *pr.page_table(), causal=causal, **pr.run_kwargs()
+    )
+    torch.testing.assert_close(out.float(), ref, rtol=RTOL, atol=ATOL)
+    assert rel_l2(out, ref) < REL_L2_MAX
+
+    # The same batch through plan() on the equivalent indptr page table: same kernel, same launch.
+    indptr_run = run_fused(pr, causal=causal)
+    assert not torch.isnan(indptr_run.out).any()
+    if indptr_run.attn.plan_info.config == plan.config:
+        assert torch.equal(out, indptr_run.out), "plan_block_table and plan() disagree on the same batch"
+    else:
+        torch.testing.assert_close(out.float(), indptr_run.out.float(), rtol=RTOL, atol=ATOL)
+
+
+# ---- rejected inputs: fail closed, naming the field ----------------------------------------------
+def _valid_inputs() -> dict:
+    q_lens, live = [1, 3], [5, 9]
+    return {
+        "query_start_loc": torch.tensor([0, 1, 4], dtype=torch.int32),
+        "query_lens": q_lens,
+        "seq_lens": torch.tensor(live, dtype=torch.int32),
+        "block_table": torch.arange(6, dtype=torch.int32).reshape(2, 3),
+        "max_seq_len": max(live),
+        "num_qo_heads": 4,
+        "num_kv_heads": 2,
+        "head_dim": HEAD_DIM,
+        "page_size": 8,
+        "cartridge_len": 16,
+    }
+
+
+def _i32(*v: int) -> torch.Tensor:
+    return torch.tensor(v, dtype=torch.int32)
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"seq_lens": torch.tensor([5, 9], dtype=torch.int64)}, "seq_lens"),
+        ({"seq_lens": _i32(5)}, "seq_lens"),  # shorter than the batch
+        ({"query_start_loc": torch.tensor([0, 1, 4], dtype=torch.int64)}, "query_start_loc"),
+        ({"block_table": torch.arange(3, dtype=torch.int32).reshape(1, 3)}, "block_table"),  # 1 row, batch 2
+        ({"block_table": torch.arange(6, dtype=torch.int64).reshape(2, 3)}, "block_table"),
+        ({"block_table": torch.arange(12, dtype=torch.int32).reshape(2, 6)[:, ::2]}, "block_table innermost stride"),
+        ({"query_lens": [1, 0], "query_start_loc": _i32(0, 1, 1)}, "query_lens"),  # a zero query length
+        ({"query_lens": [], "query_start_loc": _i32(0)}, "query_lens"),
+        ({"cartridge_len": 20}, "cartridge_len"),  # not a multiple of page_size 8
+        ({"cartridge_len": 24, "page_size": 16}, "cartridge_len"),
+        ({"page_size": 32, "cartridge_len": 32}, "page_size"),
+        ({"num_qo_heads": 6}, "GQA group size"),  # group 3
+    ],
+    ids=[
+        "seq_lens-int64",
+        "seq_lens-short",
+        "query_start_loc-int64",
+        "block_table-too-few-rows",
+        "block_table-int64",
+        "block_table-strided-columns",
+        "zero-query-length",
+        "empty-batch",
+        "cartridge_len-20-page-8",
+        "cartridge_len-24-page-16",
+        "page_size-32",
+        "group-3",
+    ],
+)
+def test_bad_inputs_are_rejected_naming_the_field(change: dict, field: str) -> None:
+    kw = {**_valid_inputs(), **change}
+    args = [kw.pop(k) for k in ("query_start_loc", "query_lens", "seq_lens", "block_table")]
+    attn = CartridgeAttention()
+    with pytest.raises(UnsupportedLayoutError) as exc:
+        attn.plan_block_table(*args, **kw)
+    assert exc.value.what == field, str(exc.value)
+    assert field in str(exc.value)
+    with pytest.raises(Exception, match="before plan"):
+        _ = attn.plan_info  # a rejected plan leaves nothing planned
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA host runs these tests on the compiled kernel")
+@pytest.mark.skipif(api.interpreter_usable(), reason="the interpreter tests already run in this process")
+def test_in_a_fresh_interpreter_process() -> None:
+    run_file_in_fresh_process(Path(__file__), min_passed=len(CASES) + 12)

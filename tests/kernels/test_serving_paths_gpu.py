@@ -1,0 +1,97 @@
+"""The serving-engine paths on an SM90 GPU: planning from a vLLM-style block table, and the live KV writer.
+
+Interpreter tests cover the indexing on CPU; these run the compiled kernels (BF16 dots, FP8 conversions).
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from _cartridge_attn_check import REL_L2_MAX, RTOL
+from cartridge_attn import CartridgeAttention, random_problem, reference_attention
+from cartridge_attn.cache_write import write_live_kv
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+V8, V16 = torch.float8_e4m3fn, torch.bfloat16
+
+
+@pytest.fixture(autouse=True)
+def _sm90() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"qualified on SM90 only; this GPU is {torch.cuda.get_device_capability()}")
+
+
+def _block_table(pr, extra_cols: int, extra_rows: int) -> torch.Tensor:
+    kvp = pr.kv_indptr.tolist()
+    n_pages = [b - a for a, b in itertools.pairwise(kvp)]
+    width = max(n_pages) + extra_cols
+    # Junk beyond each request's pages: page ids the kernel must never read for that request.
+    table = torch.randint(0, pr.live_k.shape[0], (len(n_pages) + extra_rows, width), dtype=torch.int32)
+    for b, (a, n) in enumerate(zip(kvp[:-1], n_pages, strict=True)):
+        table[b, :n] = pr.kv_indices[a : a + n].cpu()
+    return table.to(CUDA)
+
+
+@pytest.mark.parametrize(
+    ("q_lens", "live", "cart_v", "live_v"),
+    [
+        ([1] * 16, [5, 300, 8, 9, 77, 1, 640, 33, 2, 17, 64, 65, 100, 250, 3, 12], V8, V16),
+        ([1] * 64, [40 + 7 * i for i in range(64)], V8, V8),
+        ([64, 1, 17, 1, 128], [64, 90, 17, 3, 700], V8, V16),
+        ([33, 1, 5], [33, 200, 40], V16, V16),
+    ],
+    ids=["decode16-k16v8", "decode64-live-fp8", "mixed-prefill-decode", "prefill-k16v16"],
+)
+def test_plan_block_table_matches_reference(q_lens, live, cart_v, live_v) -> None:
+    pr = random_problem(q_lens, live, num_qo_heads=32, num_kv_heads=8, head_dim=128, page_size=8, cartridge_len=632,
+                        cartridge_v_dtype=cart_v, live_v_dtype=live_v, device=CUDA)  # fmt: skip
+    table = _block_table(pr, extra_cols=3, extra_rows=2)
+    seq_lens = torch.tensor(live, dtype=torch.int32, device=CUDA)
+    attn = CartridgeAttention()
+    attn.plan_block_table(pr.qo_indptr, q_lens, seq_lens, table, max_seq_len=max(live), seq_lens_bound=live,
+                          num_qo_heads=32, num_kv_heads=8, head_dim=128, page_size=8, cartridge_len=632,
+                          cartridge_v_dtype=cart_v, live_v_dtype=live_v)  # fmt: skip
+    out = torch.full_like(pr.q, float("nan"))
+    attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, (pr.live_k, pr.live_v), out=out, **pr.run_kwargs())
+    torch.cuda.synchronize()
+    ref = reference_attention(
+        pr.q, pr.cartridge_k, pr.cartridge_v, pr.live_k, pr.live_v, *pr.page_table(), causal=True, **pr.run_kwargs()
+    )
+    assert not torch.isnan(out).any()
+    torch.testing.assert_close(out.float(), ref, rtol=RTOL, atol=RTOL)
+    assert float((out.float() - ref).norm() / ref.norm()) < REL_L2_MAX
+
+
+@pytest.mark.parametrize("v_dtype", [V16, V8], ids=["bf16-v", "fp8-v"])
+def test_write_live_kv_into_vllm_layout(v_dtype: torch.dtype) -> None:
+    blocks, bs, h, d = 40, 8, 8, 128
+    raw = torch.full((blocks, bs, h, 2 * d), float("nan"), dtype=torch.bfloat16, device=CUDA)
+    pages = raw  # physical NHD == logical (blocks, H, bs, 2D) transposed back
+    k_pages = pages[..., :d]
+    v_pages = pages[..., d:] if v_dtype == V16 else pages[..., d:].view(V8)[..., :d]
+    n = 50
+    key = torch.randn(n + 3, h, d, device=CUDA).to(torch.bfloat16)
+    value = (torch.randn(n + 3, h, d, device=CUDA) * 30).to(torch.bfloat16)
+    slots = torch.randperm(blocks * bs, device=CUDA)[:n].to(torch.int64)
+    slots[7] = -1  # padding
+    scale = (torch.rand(h, device=CUDA) + 0.05).float() if v_dtype == V8 else None
+    write_live_kv(key, value, k_pages, v_pages, slots, scale)
+    torch.cuda.synchronize()
+    ok = slots >= 0
+    blk, off = slots[ok] // bs, slots[ok] % bs
+    torch.testing.assert_close(k_pages[blk, off], key[:n][ok], rtol=0, atol=0)
+    if v_dtype == V16:
+        torch.testing.assert_close(v_pages[blk, off], value[:n][ok], rtol=0, atol=0)
+    else:
+        want = (value[:n][ok].float() / scale[None, :, None]).clamp(-448, 448).to(V8)
+        assert torch.equal(v_pages[blk, off].view(torch.uint8), want.view(torch.uint8))
+    # Nothing else was written: the padding slot's target and every unused slot keep their NaN poison.
+    written = torch.zeros(blocks * bs, dtype=torch.bool, device=CUDA)
+    written[slots[ok]] = True
+    untouched = raw.view(blocks * bs, h, 2 * d)[~written]
+    assert torch.isnan(untouched[..., :d].float()).all()

@@ -1,0 +1,81 @@
+"""End to end in vLLM 0.26 on an SM90 GPU: shared-cartridge serving agrees with injection.
+
+Each layout runs in its own process (`python -m qualify.serve.e2e generate`): a small Qwen3 with seeded
+weights, the same random 632-position cartridge and the same questions. Checks: greedy tokens of `shared`
+with a BF16 cartridge V equal `inject`'s (ties below 0.1 nats excepted, see qualify.serve.agreement); with the
+FP8 cartridge V (K16/V8) the log-probability of inject's tokens stays within 0.1 nats on average.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[2]
+TIE_EPS = 0.1
+LOGPROB_TOLERANCE = 0.1
+
+
+def _require_host() -> None:
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"qualified on SM90 only; this GPU is {torch.cuda.get_device_capability()}")
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("needs vLLM 0.26 (pip install 'cartridge-qualify[serve]')")
+
+
+def _generate(layout: str, out: Path) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "kernels"), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "qualify.serve.e2e", "generate", "--layout", layout, "--out", str(out)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
+    assert proc.returncode == 0, f"{layout} failed:\n{(proc.stderr or proc.stdout)[-4000:]}"
+    return json.loads(out.read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    _require_host()
+    tmp = tmp_path_factory.mktemp("e2e")
+    paths = {}
+    for layout in ("bf16-inject", "shared-k16v16", "shared-k16v8"):
+        paths[layout] = tmp / f"{layout}.json"
+        _generate(layout, paths[layout])
+    keep = os.environ.get("QUALIFY_E2E_OUT")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        for layout, p in paths.items():
+            (Path(keep) / f"{layout}.json").write_text(p.read_text())
+    return paths
+
+
+def _compare(runs: dict[str, Path], candidate: str, logprob_tolerance: float | None) -> dict:
+    from qualify.serve.e2e import compare
+
+    result = compare(runs["bf16-inject"], runs[candidate], tie_eps=TIE_EPS, logprob_tolerance=logprob_tolerance)
+    keep = os.environ.get("QUALIFY_E2E_OUT")
+    if keep:
+        (Path(keep) / f"compare-{candidate}.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def test_shared_k16v16_generates_inject_tokens(runs: dict[str, Path]) -> None:
+    result = _compare(runs, "shared-k16v16", None)
+    ident = result["token_identity"]
+    assert ident["compared_tokens"] >= 8 * 32 // 2, ident
+    assert ident["passed"], json.dumps(ident, indent=1)
+
+
+def test_shared_k16v8_logprobs_within_tolerance(runs: dict[str, Path]) -> None:
+    result = _compare(runs, "shared-k16v8", LOGPROB_TOLERANCE)
+    assert result["logprobs"]["passed"], json.dumps(result["logprobs"], indent=1)

@@ -1,0 +1,38 @@
+"""qualify.serve's glue against vLLM 0.26's own classes, on CPU: skipped where vLLM is not installed.
+
+The check runs as a script in a fresh process, because the Triton interpreter must be switched on before
+triton's first import (see vllm_glue_check.py for what it checks).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM 0.26 (the serve extra)")
+def test_backend_and_connector_glue_against_vllm_classes() -> None:
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "kernels"), env.get("PYTHONPATH", "")])
+    seed = str(random.randrange(1 << 30))
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "vllm_glue_check.py"), seed],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=ROOT,
+        timeout=900,
+    )
+    assert proc.returncode == 0 and proc.stdout.rstrip().endswith("OK"), (
+        f"seed {seed}:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    )
