@@ -10,6 +10,8 @@
 #   bash benchmarks/serve/gpu_serve.sh engine     wait for the engine gate (gates/engine.yaml), pack its report, the
 #                                                 per-layout runs and the four-layout table
 #   bash benchmarks/serve/gpu_serve.sh accuracy   the accuracy gate through lm-eval's vllm backend (carry .whl7)
+#   bash benchmarks/serve/gpu_serve.sh recheck    stage part 3, the agreement tests again, and a profile of one
+#                                                 batch-64 batch for bf16-inject and shared-k16v8
 # Everything comes back in $OUT as a few files (logs, one tar.gz per step).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -82,6 +84,23 @@ engine)
   cp "$WORK/engine.log" "$WORK/engine_summary.md" "$OUT/" 2>/dev/null
   tar -C "$WORK" -czf "$OUT/engine.tar.gz" engine engine_runs engine_summary.json engine_summary.md keys/signing-key.pub.pem \
     2>/dev/null
+  ;;
+recheck)
+  # A fresh machine: stage part 3 (parts 1 and 2 staged by the calls before), the end-to-end agreement tests, and a
+  # profile of one batch-64 batch for the ordinary and the shared layout (benchmarks/serve/profile_step.py).
+  {
+    bash .vllm/stage.sh 3
+    vllm_env || exit 1
+    log "end-to-end agreement (inject vs shared, fresh process per layout)"
+    QUALIFY_E2E_OUT=$WORK/e2e timeout 300 python3 -m pytest tests/serve/test_vllm_e2e.py -q -rs -p no:cacheprovider
+    log "exit $?"
+    for lay in bf16-inject shared-k16v8; do
+      log "profile $lay b64"
+      timeout 150 python3 benchmarks/serve/profile_step.py --layout "$lay" --batch 64 --out "$WORK/profile" 2>&1 \
+        | grep -E "^(==|  host|  gpu)|Error|error"
+    done
+  } 2>&1 | tee "$OUT/recheck.log"
+  tar -C "$WORK" -czf "$OUT/recheck.tar.gz" e2e profile 2>/dev/null
   ;;
 accuracy)
   # Issue 7's pass-through (lm-eval's vllm backend), after the engine gate so that nothing shares the GPU with it.

@@ -62,6 +62,9 @@ def summarize(runs: dict[str, WorkResult]) -> list[dict[str, Any]]:
                 "ttft_p50_ms": statistics.median(d["ttft_p50_ms"]),
                 "ttft_p95_ms": statistics.median(d["ttft_p95_ms"]),
                 "kv_capacity_tokens": d["kv_capacity_tokens"],
+                "kv_tokens_per_request": d["kv_tokens_per_request"],
+                # Requests whose pages fit in the KV cache at once, before max_num_seqs caps them.
+                "requests_that_fit": d["kv_capacity_tokens"] // d["kv_tokens_per_request"],
                 "admitted_concurrency": d["admitted_concurrency"],
                 "device_memory_used_gib": round(r.gpu.get("device_memory_used_bytes", 0) / 1024**3, 1),
                 "repetitions": len(tok.samples),
@@ -87,14 +90,16 @@ def _pct(d: dict[str, float] | None) -> str:
 def render(rows: list[dict[str, Any]]) -> str:
     head = (
         "| batch | layout | tok/s | req/s | TTFT p50 ms | TTFT p95 ms | tok/s vs bf16-inject | TTFT p50 vs bf16-inject "
-        "| tok/s vs global-fp8 | TTFT p50 vs global-fp8 | KV capacity (tokens) | admitted |"
+        "| tok/s vs global-fp8 | TTFT p50 vs global-fp8 | KV capacity (tokens) | KV tokens / request "
+        "| requests that fit | admitted |"
     )
-    lines = [head, "|" + " --- |" * 12]
+    lines = [head, "|" + " --- |" * 14]
     for r in rows:
         deltas = [_pct(r.get(f"{m}_vs_{ref}")) for ref in REFERENCES for m in ("tok_s", "ttft_p50")]
         cells = [
             r["batch"], r["layout"], f"{r['output_tok_s']:.1f}", f"{r['requests_s']:.2f}", f"{r['ttft_p50_ms']:.1f}",
-            f"{r['ttft_p95_ms']:.1f}", *deltas, r["kv_capacity_tokens"], r["admitted_concurrency"],
+            f"{r['ttft_p95_ms']:.1f}", *deltas, r["kv_capacity_tokens"], r["kv_tokens_per_request"],
+            r["requests_that_fit"], r["admitted_concurrency"],
         ]  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)

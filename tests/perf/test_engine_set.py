@@ -103,6 +103,7 @@ def test_summary_table_has_deltas_against_both_references(fake_vllm, tmp_path: P
     assert "tok_s_vs_bf16-inject" not in inject
     table = summary.render(rows)
     assert table.count("\n") == 1 + len(rows)
+    assert shared["requests_that_fit"] == 800 // (5 + 3)
     json.dumps(rows)
 
 

@@ -2,8 +2,9 @@
 
 Each layout runs in its own process (`python -m qualify.serve.e2e generate`): a small Qwen3 with seeded
 weights, the same random 632-position cartridge and the same questions. Checks: greedy tokens of `shared`
-with a BF16 cartridge V equal `inject`'s (ties below 0.1 nats excepted, see qualify.serve.agreement); with the
-FP8 cartridge V (K16/V8) the log-probability of inject's tokens stays within 0.1 nats on average.
+with a BF16 cartridge V equal `inject`'s (ties below 0.1 nats excepted, see qualify.serve.agreement) and their
+log-probabilities agree within 0.02 nats on average; with the FP8 cartridge V (K16/V8) the log-probability of
+inject's tokens stays within 0.1 nats on average.
 """
 
 from __future__ import annotations
@@ -72,8 +73,13 @@ def _compare(runs: dict[str, Path], candidate: str, logprob_tolerance: float | N
 def test_shared_k16v16_generates_inject_tokens(runs: dict[str, Path]) -> None:
     result = _compare(runs, "shared-k16v16", None)
     ident = result["token_identity"]
-    assert ident["compared_tokens"] >= 8 * 32 // 2, ident
+    # Random weights put exact BF16 ties (top-2 margin 0 or one BF16 step of the logits) within a few dozen tokens
+    # (seen on the H200: 8 of 8 prompts, at positions 0-29), so the comparison ends early by construction; it
+    # must still cover a few tokens per prompt, and no divergence may happen where the reference was decided.
+    assert ident["compared_tokens"] >= 4 * ident["prompts"], ident
     assert ident["passed"], json.dumps(ident, indent=1)
+    # Where both generated the same tokens, the two layouts' log-probabilities agree (H200: mean 0.007 nats).
+    assert result["logprobs"]["mean_abs_diff"] <= 0.02, result["logprobs"]
 
 
 def test_shared_k16v8_logprobs_within_tolerance(runs: dict[str, Path]) -> None:
