@@ -3,7 +3,10 @@
 Public API
 ----------
 CartridgeAttention
-    ``plan(...)`` validates and precomputes; ``run(q, ...)`` launches one kernel.
+    ``plan(...)`` validates and precomputes; ``run(q, ...)`` launches one kernel. ``plan_block_table(...)`` plans
+    from a serving engine's block table in place (vLLM), without reading device memory on the host.
+write_live_kv
+    Writes a step's new live K (BF16) and V (BF16 or FP8 E4M3) into paged caches of any stride, one launch.
 reference_attention
     fp32 PyTorch definition the kernel is checked against.
 build_injection_layout, build_cascade_layout, split_combined_kv, block_table_to_indptr
@@ -28,6 +31,7 @@ from ._kernel import (
     prefill_config,
 )
 from .api import CartridgeAttention, Plan
+from .cache_write import write_live_kv
 from .errors import (
     CartridgeAttentionError,
     NotPlannedError,
@@ -73,4 +77,5 @@ __all__ = [
     "reference_attention",
     "source_sha256",
     "split_combined_kv",
+    "write_live_kv",
 ]
