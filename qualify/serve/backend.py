@@ -28,7 +28,7 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.attention.backends.utils import get_kv_cache_layout
 
-from qualify.serve.config import CartridgeServingError, Mode, check_engine, engine_facts, serving_config
+from qualify.serve.config import CartridgeServingError, Mode, checked_serving, layer_order
 from qualify.serve.plugin import require_supported_vllm
 from qualify.serve.store import LayerCartridge, load_layers
 
@@ -44,29 +44,16 @@ class CartridgeMetadata:
     live_v_fp8: bool
 
 
-def _layer_order(name: str) -> tuple[int, str]:
-    for part in name.split("."):
-        if part.isdigit():
-            return int(part), name
-    return 1 << 30, name
-
-
 class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
     _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
 
     def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any, device: torch.device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
         require_supported_vllm()
-        cfg = serving_config(vllm_config.additional_config)
-        if cfg is None or cfg.mode is not Mode.SHARED:
-            raise CartridgeServingError(
-                "the CUSTOM attention backend of qualify.serve needs additional_config.cartridge with mode: shared"
-            )
-        facts = engine_facts(vllm_config)
-        check_engine(cfg, facts)
+        cfg, facts = checked_serving(vllm_config, Mode.SHARED, "the CUSTOM attention backend of qualify.serve")
         self.cfg, self.facts = cfg, facts
         layers = load_layers(cfg, facts, device, value_dtype=cfg.cartridge_value_dtype)
-        names = sorted(layer_names, key=_layer_order)
+        names = sorted(layer_names, key=layer_order)
         if len(names) != len(layers):
             raise CartridgeServingError(
                 f"cartridge {cfg.path}: {len(layers)} layers for {len(names)} attention layers in this KV cache group"

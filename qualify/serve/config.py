@@ -235,3 +235,24 @@ def engine_facts(vllm_config: Any) -> EngineFacts:
         attention_backend=getattr(backend, "name", None) if backend is not None else None,
         kv_connector=getattr(ktc, "kv_connector", None) if ktc is not None else None,
     )
+
+
+def checked_serving(vllm_config: Any, mode: Mode, component: str) -> tuple[ServingConfig, EngineFacts]:
+    """The engine's ServingConfig for `component`, which serves `mode` only, after every guard has run."""
+    cfg = serving_config(getattr(vllm_config, "additional_config", None))
+    if cfg is None or cfg.mode is not mode:
+        raise CartridgeServingError(
+            f"{component} needs additional_config.{ADDITIONAL_CONFIG_KEY} with mode: {mode.value} "
+            "(build the engine arguments with qualify.serve.config.engine_kwargs)"
+        )
+    facts = engine_facts(vllm_config)
+    check_engine(cfg, facts)
+    return cfg, facts
+
+
+def layer_order(name: str) -> tuple[int, str]:
+    """Sort key of attention layer names ("model.layers.12.self_attn.attn") by layer number."""
+    for part in name.split("."):
+        if part.isdigit():
+            return int(part), name
+    return 1 << 30, name

@@ -22,7 +22,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
     KVConnectorRole,
 )
 
-from qualify.serve.config import CartridgeServingError, Mode, check_engine, engine_facts, serving_config
+from qualify.serve.config import CartridgeServingError, Mode, checked_serving, layer_order
 from qualify.serve.plugin import require_supported_vllm
 from qualify.serve.store import LayerCartridge, load_layers
 
@@ -52,15 +52,7 @@ class CartridgeInjectConnector(KVConnectorBase_V1):
     def __init__(self, vllm_config: VllmConfig, role: KVConnectorRole, kv_cache_config: KVCacheConfig | None = None):
         super().__init__(vllm_config=vllm_config, role=role, kv_cache_config=kv_cache_config)
         require_supported_vllm()
-        cfg = serving_config(vllm_config.additional_config)
-        if cfg is None or cfg.mode is not Mode.INJECT:
-            raise CartridgeServingError(
-                "CartridgeInjectConnector needs additional_config.cartridge with mode: inject "
-                "(build the engine arguments with qualify.serve.config.engine_kwargs)"
-            )
-        self._cfg = cfg
-        self._facts = engine_facts(vllm_config)
-        check_engine(cfg, self._facts)
+        self._cfg, self._facts = checked_serving(vllm_config, Mode.INJECT, "CartridgeInjectConnector")
         self._block_size = self._facts.block_size
         self._pending: list[_Load] = []
         self._kv: dict[str, torch.Tensor] = {}
@@ -106,7 +98,7 @@ class CartridgeInjectConnector(KVConnectorBase_V1):
     # ---------------------------------------------------------------- worker side
     def register_kv_caches(self, kv_caches: dict[str, torch.Tensor]) -> None:
         self._kv = dict(kv_caches)
-        names = sorted(self._kv, key=_layer_index)
+        names = sorted(self._kv, key=layer_order)
         self._layer_of = {name: i for i, name in enumerate(names)}
         device = next(iter(self._kv.values())).device
         self._layers = load_layers(self._cfg, self._facts, device, value_dtype="bfloat16")
@@ -127,8 +119,14 @@ class CartridgeInjectConnector(KVConnectorBase_V1):
     def start_load_kv(self, forward_context: ForwardContext, **kwargs: Any) -> None:
         meta = self._get_connector_metadata()
         assert isinstance(meta, CartridgeInjectMetadata)
-        if not meta.loads or self._layers is None:
+        if not meta.loads:
             return
+        if self._layers is None:
+            # Requests were told their cartridge positions are computed: serving them without the copy would
+            # attend over unwritten pages.
+            raise CartridgeServingError(
+                "inject connector: cartridge loads scheduled before any KV cache was registered"
+            )
         bs = self._block_size
         device = next(iter(self._kv.values())).device
         blocks, offsets, positions = [], [], []
@@ -163,10 +161,3 @@ class CartridgeInjectConnector(KVConnectorBase_V1):
 
     def wait_for_save(self) -> None:
         return
-
-
-def _layer_index(name: str) -> tuple[int, str]:
-    for part in name.split("."):
-        if part.isdigit():
-            return int(part), name
-    return 1 << 30, name

@@ -15,19 +15,13 @@ from vllm.model_executor.models.llama import LlamaForCausalLM
 from vllm.model_executor.models.qwen2 import Qwen2ForCausalLM
 from vllm.model_executor.models.qwen3 import Qwen3ForCausalLM
 
-from qualify.serve.config import CartridgeServingError, Mode, check_engine, engine_facts, serving_config
+from qualify.serve.config import Mode, checked_serving
 from qualify.serve.plugin import require_supported_vllm
 
 
 def _cartridge_offset(vllm_config: Any) -> int:
     require_supported_vllm()
-    cfg = serving_config(vllm_config.additional_config)
-    if cfg is None or cfg.mode is not Mode.SHARED:
-        raise CartridgeServingError(
-            "the Cartridge* architectures serve a shared cartridge: additional_config.cartridge with mode: shared "
-            "is required (see qualify.serve.config.engine_kwargs)"
-        )
-    check_engine(cfg, engine_facts(vllm_config))
+    cfg, _ = checked_serving(vllm_config, Mode.SHARED, "the Cartridge* architectures (positions after the cartridge)")
     return cfg.cartridge_len
 
 

@@ -25,7 +25,9 @@ from qualify.serve.config import (
     check_cartridge,
     check_engine,
     check_vllm_version,
+    checked_serving,
     engine_kwargs,
+    layer_order,
     serving_config,
     shared_block_size,
 )
@@ -309,3 +311,54 @@ def test_engine_kwargs_without_overrides_still_fail_check_engine() -> None:
     cfg = config("shared")
     with pytest.raises(CartridgeServingError):
         check_engine(cfg, facts_from_kwargs(BASE, "Qwen3ForCausalLM"))
+
+
+# ---- checked_serving / layer_order (what every vLLM-side component calls first) ---------------------------------
+def _vllm_config(additional: Any, *, block_size: int = 16, prefix_caching: bool = False) -> Any:
+    """A duck-typed VllmConfig of the shared-mode engine above (Qwen3 shape, CUSTOM backend)."""
+    from types import SimpleNamespace
+
+    hf = SimpleNamespace(
+        architectures=["CartridgeQwen3ForCausalLM"], num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8
+    )
+    return SimpleNamespace(
+        model_config=SimpleNamespace(
+            hf_config=hf, get_head_size=lambda: 128, dtype="torch.bfloat16", disable_cascade_attn=True
+        ),
+        cache_config=SimpleNamespace(block_size=block_size, cache_dtype="auto", enable_prefix_caching=prefix_caching),
+        attention_config=SimpleNamespace(backend=SimpleNamespace(name="CUSTOM")),
+        kv_transfer_config=None,
+        speculative_config=None,
+        additional_config=additional,
+    )
+
+
+def test_checked_serving_returns_the_config_and_facts_of_a_good_engine() -> None:
+    raw = {ADDITIONAL_CONFIG_KEY: config().model_dump(mode="json")}
+    cfg, facts = checked_serving(_vllm_config(raw), Mode.SHARED, "the backend")
+    assert cfg == config()
+    assert facts == engine()
+
+
+@pytest.mark.parametrize(
+    "additional", [{}, None, {ADDITIONAL_CONFIG_KEY: {"mode": "inject", "path": PATH, "cartridge_len": 640}}]
+)
+def test_checked_serving_refuses_a_missing_or_other_mode_config(additional: Any) -> None:
+    with pytest.raises(
+        CartridgeServingError, match=r"the backend needs additional_config\.cartridge with mode: shared"
+    ):
+        checked_serving(_vllm_config(additional), Mode.SHARED, "the backend")
+
+
+def test_checked_serving_runs_the_guards() -> None:
+    raw = {ADDITIONAL_CONFIG_KEY: config().model_dump(mode="json")}
+    with pytest.raises(CartridgeServingError) as exc:
+        checked_serving(_vllm_config(raw, prefix_caching=True), Mode.SHARED, "the backend")
+    assert_names_field(exc, "enable_prefix_caching")
+
+
+def test_layer_order_sorts_by_layer_number_not_text() -> None:
+    names = [f"model.layers.{i}.self_attn.attn" for i in (10, 2, 1, 0, 35)]
+    secrets.SystemRandom().shuffle(names)
+    assert [layer_order(n)[0] for n in sorted(names, key=layer_order)] == [0, 1, 2, 10, 35]
+    assert layer_order("lm_head")[0] > layer_order("model.layers.99.x")[0]

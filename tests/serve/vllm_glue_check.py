@@ -173,6 +173,13 @@ def check_inject(tmp: Path, gen: torch.Generator) -> None:
     meta = sched.build_connector_meta(None)
     if sched.build_connector_meta(None).loads:
         fail("connector metadata must be reset after each step")
+    unregistered = CartridgeInjectConnector(cfg, KVConnectorRole.WORKER, None)
+    unregistered.bind_connector_metadata(meta)
+    try:
+        unregistered.start_load_kv(SimpleNamespace(no_compile_layers={}))
+        fail("a scheduled load without a registered KV cache must be refused, not skipped")
+    except QualifyError:
+        pass
     worker = CartridgeInjectConnector(cfg, KVConnectorRole.WORKER, None)
     raw = {n: torch.full((8, BS, H_KV, 2 * D), float("nan"), dtype=torch.bfloat16) for n in NAMES}
     worker.register_kv_caches({n: r.permute(0, 2, 1, 3) for n, r in raw.items()})
