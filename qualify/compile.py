@@ -15,7 +15,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from qualify.errors import GateFileError, SourceLocation
+from qualify.errors import GateFileError
+from qualify.gate import GateFile, GateItem
 from qualify.hashing import sha256_file
 from qualify.registry import GateKindRegistry, GateKindSpec
 from qualify.schema.interpolate import interpolate_document
@@ -24,8 +25,6 @@ from qualify.schema.models import (
     HEADER_FIELDS,
     GateFileModel,
     GateHeader,
-    KindParams,
-    Workload,
 )
 from qualify.schema.yaml_source import LocatedDocument, Path_, load_yaml
 
@@ -39,38 +38,6 @@ class GateFileErrors(GateFileError):
 
     def diagnostics(self) -> str:
         return "\n".join(e.diagnostics() for e in self.errors)
-
-
-@dataclass(frozen=True)
-class GateFile:
-    path: str
-    sha256: str
-    suite: str
-    version: int
-    description: str | None
-    workloads: Mapping[str, Workload]
-    base_dir: Path
-
-    def resolve(self, relative: str) -> Path:
-        """Resolve a path written in this gate file (relative paths are relative to the file)."""
-        p = Path(os.path.expanduser(relative))
-        return p if p.is_absolute() else (self.base_dir / p)
-
-
-@dataclass(frozen=True)
-class GateItem:
-    """One test item: a gate with one matrix cell's values filled in."""
-
-    name: str
-    gate_id: str
-    cell_id: str | None
-    cell: Mapping[str, Any]
-    kind: str
-    params: KindParams
-    requires: tuple[str, ...]
-    description: str
-    gate_file: GateFile
-    location: SourceLocation
 
 
 @dataclass

@@ -8,66 +8,19 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from qualify.compile import CompiledFile, GateItem, compile_gate_file, looks_like_gate_file
+from qualify.compile import GateItem, compile_gate_file, looks_like_gate_file
 from qualify.errors import GateFileError, QualifyError
 from qualify.failure import GateCheckFailed, format_table
-from qualify.host import HostCapabilities, detect_host
-from qualify.registry import GateKindRegistry, default_registry
-from qualify.results import ItemOutcome, ItemResult, Status, Verdict, verdict
-from qualify.runners.context import RunContext
-
-
-@dataclass
-class SessionState:
-    """Everything one pytest session learns about the gates; lives in `config.stash`, never globally."""
-
-    registry: GateKindRegistry
-    started_at: datetime
-    argv: list[str]
-    out_dir: Path | None
-    report_name: str | None
-    sign_key: Path | None
-    strict: bool
-    non_release: bool
-    seed: int
-    baseline: Path | None
-    _host: HostCapabilities | None = None
-    _context: RunContext | None = None
-    compiled: list[CompiledFile] = field(default_factory=list)
-    collect_errors: list[str] = field(default_factory=list)
-    results: list[ItemResult] = field(default_factory=list)
-    finished_at: datetime | None = None
-    report_path: Path | None = None
-    envelope_path: Path | None = None
-    write_error: str | None = None
-
-    @property
-    def host(self) -> HostCapabilities:
-        if self._host is None:
-            self._host = detect_host()
-        return self._host
-
-    @property
-    def context(self) -> RunContext:
-        if self._context is None:
-            self._context = RunContext(
-                host=self.host, seed=self.seed, out_dir=self.out_dir, baseline=self.baseline, strict=self.strict
-            )
-        return self._context
-
-    @property
-    def verdict(self) -> Verdict:
-        if self.collect_errors:
-            return Verdict.FAIL
-        return verdict([r.status for r in self.results])
-
+from qualify.registry import default_registry
+from qualify.results import ItemOutcome, ItemResult, Status, Verdict
+from qualify.session import SessionState
 
 STATE_KEY = pytest.StashKey[SessionState]()
 
@@ -161,9 +114,17 @@ class GateTestItem(pytest.Item):
             if reason:
                 result.status, result.reason = Status.SKIPPED, reason
                 pytest.skip(reason)
-            runner = state.registry.get(g.kind).load_runner()
-            outcome = runner(g, state.context)
+            spec = state.registry.get(g.kind)
+            outcome = spec.load_runner()(g, state.context)
             result.outcome = outcome
+            if outcome.measurements is not None and not isinstance(outcome.measurements, spec.measurements):
+                result.reason = (
+                    f"the {g.kind} runner returned {type(outcome.measurements).__name__} measurements, "
+                    f"not the kind's {spec.measurements.__name__}"
+                )
+                # Keep the checks for the report, not measurements the schema cannot describe.
+                result.outcome = replace(outcome, measurements=None)
+                raise QualifyError(f"{g.name}: {result.reason}")
             if not outcome.checks:
                 result.status = Status.ERROR
                 result.reason = "the runner made no checks, so nothing was shown"

@@ -1,19 +1,28 @@
-"""The typed registry of gate kinds: each kind names its fields model and the runner that executes it."""
+"""The typed registry of gate kinds, filled from the `qualify.gate_kinds` entry points.
+
+A gate kind is one package (fields and lint, runner, typed measurements, render hook); it registers
+itself with one entry point, ``<kind name> = "<package>:SPEC"``, in its distribution's metadata. The
+built-in kinds are declared that way in this project's pyproject.toml and third-party kinds the same way,
+so this module names none of them and imports none at load: a kind's package is imported the first time
+its spec is asked for, and its runner and render hook only when an item runs or a report is rendered.
+"""
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import TYPE_CHECKING, Any
 
-from qualify.schema.models import KindParams
+from pydantic import BaseModel
+
+from qualify.schema.models import KindParams, MeasurementModel
 
 if TYPE_CHECKING:
-    from qualify.compile import GateFile, GateItem
+    from qualify.context import RunContext
+    from qualify.gate import GateFile, GateItem
     from qualify.results import ItemOutcome
-    from qualify.runners.context import RunContext
 
 ENTRY_POINT_GROUP = "qualify.gate_kinds"
 
@@ -27,67 +36,108 @@ class LintIssue:
     severity: str = "error"
 
 
+def _load(reference: str) -> Any:
+    module_name, _, attr = reference.partition(":")
+    return getattr(importlib.import_module(module_name), attr)
+
+
 @dataclass(frozen=True)
 class GateKindSpec:
-    """One gate kind.
+    """Everything the core needs to know about one gate kind.
 
-    `runner` is "module:function" and is imported only when an item of this kind runs, so collecting
-    and linting never import torch or touch a GPU.
+    Parameters
+    ----------
+    name
+        The `kind:` value in gate files, and the entry point's name.
+    params
+        The kind's gate fields (validated strictly when a gate file is compiled).
+    measurements
+        The typed measurements of one item; the report schema references its JSON schema.
+    runner
+        ``"module:function"`` taking ``(GateItem, RunContext)`` and returning an ItemOutcome. Imported only
+        when an item of this kind runs, so collecting and linting never import torch or touch a GPU.
+    protects
+        One sentence on what the kind protects, the default description of its gates.
+    lint
+        Semantic checks of one gate's fields against its gate file (after schema validation).
+    render
+        ``"module:attribute"`` naming the kind's render hook (`qualify.render.blocks.KindRender`), imported
+        only when a report is rendered; None renders the kind's items through the generic gate tables only.
     """
 
     name: str
     params: type[KindParams]
+    measurements: type[MeasurementModel]
     runner: str
     protects: str
     lint: Callable[[KindParams, GateFile], list[LintIssue]] | None = None
+    render: str | None = None
 
     def load_runner(self) -> Callable[[GateItem, RunContext], ItemOutcome]:
-        module_name, _, attr = self.runner.partition(":")
-        return getattr(importlib.import_module(module_name), attr)
+        return _load(self.runner)
+
+    def load_render(self) -> Any | None:
+        return None if self.render is None else _load(self.render)
+
+
+def _check_spec(spec: object, origin: str) -> GateKindSpec:
+    if not isinstance(spec, GateKindSpec):
+        raise TypeError(f"{origin}: a gate kind is a GateKindSpec, got {type(spec).__name__}")
+    if not (isinstance(spec.params, type) and issubclass(spec.params, KindParams)):
+        raise TypeError(f"gate kind {spec.name!r} ({origin}): params must subclass KindParams, got {spec.params!r}")
+    if not (isinstance(spec.measurements, type) and issubclass(spec.measurements, BaseModel)):
+        raise TypeError(
+            f"gate kind {spec.name!r} ({origin}): measurements must be a pydantic model, got {spec.measurements!r}"
+        )
+    return spec
 
 
 class GateKindRegistry:
-    def __init__(self) -> None:
+    """Gate kinds by name. Entry points are read eagerly (names only) and loaded on first use."""
+
+    def __init__(self, entries: Iterable[EntryPoint] = ()) -> None:
+        self._pending: dict[str, EntryPoint] = {}
+        self._origin: dict[str, str] = {}
         self._kinds: dict[str, GateKindSpec] = {}
+        for ep in entries:
+            self._claim(ep.name, f"entry point {ep.value}")
+            self._pending[ep.name] = ep
+
+    def _claim(self, name: str, origin: str) -> None:
+        if name in self._origin:
+            raise ValueError(f"gate kind {name!r} is registered twice ({self._origin[name]} and {origin})")
+        self._origin[name] = origin
 
     def register(self, spec: GateKindSpec) -> None:
-        if not issubclass(spec.params, KindParams):
-            raise TypeError(f"gate kind {spec.name!r}: params must subclass KindParams, got {spec.params!r}")
-        if spec.name in self._kinds:
-            raise ValueError(
-                f"gate kind {spec.name!r} is registered twice ({self._kinds[spec.name].runner} and {spec.runner})"
-            )
+        """Add an already-built spec (for example a kind defined inside a test)."""
+        _check_spec(spec, "registered directly")
+        self._claim(spec.name, f"{spec.runner} (registered directly)")
         self._kinds[spec.name] = spec
 
     def get(self, name: str) -> GateKindSpec:
-        try:
+        if name in self._kinds:
             return self._kinds[name]
-        except KeyError:
-            raise KeyError(f"unknown gate kind {name!r}; known kinds: {', '.join(sorted(self._kinds))}") from None
+        ep = self._pending.get(name)
+        if ep is None:
+            raise KeyError(f"unknown gate kind {name!r}; known kinds: {', '.join(self.names())}")
+        spec = _check_spec(ep.load(), f"entry point {ep.value}")
+        if spec.name != name:
+            raise ValueError(f"entry point {name!r} ({ep.value}) loads gate kind {spec.name!r}: the names must agree")
+        del self._pending[name]
+        self._kinds[name] = spec
+        return spec
 
     def __contains__(self, name: object) -> bool:
-        return name in self._kinds
+        return name in self._origin
 
     def __iter__(self) -> Iterator[GateKindSpec]:
-        return iter(self._kinds[name] for name in sorted(self._kinds))
+        """Every kind, loaded, in name order."""
+        return iter([self.get(name) for name in self.names()])
 
     def names(self) -> list[str]:
-        return sorted(self._kinds)
+        return sorted(self._origin)
 
 
-def builtin_kinds() -> list[GateKindSpec]:
-    from qualify.kinds import BUILTIN_KINDS
-
-    return list(BUILTIN_KINDS)
-
-
-def default_registry(*, include_plugins: bool = True) -> GateKindRegistry:
-    """A fresh registry with the built-in kinds and those other packages declare as entry points."""
-    registry = GateKindRegistry()
-    for spec in builtin_kinds():
-        registry.register(spec)
-    if include_plugins:
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            loaded: Any = ep.load()
-            registry.register(loaded() if callable(loaded) else loaded)
-    return registry
+def default_registry() -> GateKindRegistry:
+    """A fresh registry of every kind installed distributions declare (this project's included)."""
+    return GateKindRegistry(entry_points(group=ENTRY_POINT_GROUP))

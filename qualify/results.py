@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from qualify.schema.models import MeasurementModel
+
 
 class Status(StrEnum):
     PASSED = "passed"
@@ -93,10 +95,14 @@ class Table:
 
 @dataclass
 class ItemOutcome:
-    """What a runner returns. The item fails when any check fails."""
+    """What a runner returns. The item fails when any check fails.
+
+    `measurements` is an instance of the kind's measurements model (None when nothing was measured);
+    `parameters` are the fields as recorded (`KindParams.report_parameters`, thresholds left to the checks).
+    """
 
     checks: list[Check] = field(default_factory=list)
-    measurements: dict[str, Any] = field(default_factory=dict)
+    measurements: MeasurementModel | None = None
     tables: list[Table] = field(default_factory=list)
     inputs: list[InputRef] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
@@ -137,7 +143,7 @@ class ItemResult:
             "reason": self.reason,
             "duration_s": round(self.duration_s, 3),
             "checks": [c.to_dict() for c in o.checks],
-            "measurements": o.measurements,
+            "measurements": {} if o.measurements is None else o.measurements.model_dump(mode="json"),
             "tables": [asdict(t) for t in o.tables],
             "inputs": [asdict(i) for i in o.inputs],
             "parameters": o.parameters,

@@ -157,7 +157,7 @@ def decode_config(
     num_warps: int | None = None,
     num_stages: int | None = None,
 ) -> KernelConfig:
-    """Decode configuration; the defaults follow the H200 sweep recorded in benchmarks/kernel/RESULTS.md.
+    """Decode configuration; the defaults follow the H200 sweep recorded in results/2026-11-29-kernel-h200/.
 
     Packing several requests into one program lets them share each cartridge tile (fewer L2 reads of
     the cartridge) but leaves fewer programs, so it pays only once there are programs enough to fill
@@ -192,7 +192,7 @@ def prefill_config(
     num_warps: int | None = None,
     num_stages: int | None = None,
 ) -> KernelConfig:
-    """Prefill configuration; the defaults follow the H200 sweep recorded in benchmarks/kernel/RESULTS.md.
+    """Prefill configuration; the defaults follow the H200 sweep recorded in results/2026-11-29-kernel-h200/.
 
     ``rows`` (total query rows, i.e. query tokens x group) and ``num_kv_heads`` let the default drop to
     64-row tiles when 128-row tiles would leave most of the 132 SMs idle.

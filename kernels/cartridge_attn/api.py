@@ -95,7 +95,11 @@ def interpreter_usable() -> bool:
     return K.INTERPRETED and type(standard.cdiv).__name__ == "InterpretedFunction"
 
 
-def check_device(device: torch.device, allow_unqualified_arch: bool = False) -> None:
+def check_device(
+    device: torch.device,
+    allow_unqualified_arch: bool = False,
+    device_capability: tuple[int, int] | None = None,
+) -> None:
     """Reject devices outside the qualified envelope.
 
     Parameters
@@ -104,6 +108,16 @@ def check_device(device: torch.device, allow_unqualified_arch: bool = False) -> 
         Where the tensors live. CPU is accepted only with ``TRITON_INTERPRET=1`` (tests).
     allow_unqualified_arch : bool
         Run on a CUDA GPU other than SM90 anyway (unqualified; numbers and speed are not vouched for).
+    device_capability : tuple of int or None
+        ``(major, minor)`` to validate as well as the device's own capability, which is always queried. This
+        only narrows the envelope: it lets a contract test show the guard refusing, say, ``(8, 9)`` on an SM90
+        host, while a GPU outside the envelope is refused whatever capability is passed. None (default)
+        validates the device alone. Ignored on CPU and under the interpreter, like the device's own.
+
+    Raises
+    ------
+    UnsupportedArchitectureError
+        Naming the ``compute capability`` that is outside the envelope.
     """
     if device.type == "cpu":
         if not K.INTERPRETED:
@@ -121,13 +135,18 @@ def check_device(device: torch.device, allow_unqualified_arch: bool = False) -> 
         raise UnsupportedArchitectureError(f"device: expected a CUDA device of SM90, got {device}")
     if K.INTERPRETED:
         return
-    cap = torch.cuda.get_device_capability(device)
-    if cap not in K.QUALIFIED_ARCHS and not allow_unqualified_arch:
-        raise UnsupportedArchitectureError(
-            f"device {torch.cuda.get_device_name(device)!r}: compute capability {cap[0]}.{cap[1]} is outside the"
-            f" qualified envelope {[f'{a}.{b}' for a, b in K.QUALIFIED_ARCHS]} (SM90: H100/H200);"
-            " pass allow_unqualified_arch=True to run unqualified"
-        )
+    if allow_unqualified_arch:
+        return
+    # The given capability is checked first so that its rejection is the one reported; the device's own is
+    # checked regardless, so a capability passed here can never let an unqualified GPU through.
+    given = [] if device_capability is None else [(tuple(device_capability), " (as given by device_capability)")]
+    for cap, source in [*given, (torch.cuda.get_device_capability(device), "")]:
+        if cap not in K.QUALIFIED_ARCHS:
+            raise UnsupportedArchitectureError(
+                f"device {torch.cuda.get_device_name(device)!r}: compute capability {cap[0]}.{cap[1]}{source} is"
+                f" outside the qualified envelope {[f'{a}.{b}' for a, b in K.QUALIFIED_ARCHS]} (SM90: H100/H200);"
+                " pass allow_unqualified_arch=True to run unqualified"
+            )
 
 
 def _check_static(
@@ -248,6 +267,7 @@ class CartridgeAttention:
         config: K.KernelConfig | None = None,
         device: torch.device | str | None = None,
         allow_unqualified_arch: bool = False,
+        device_capability: tuple[int, int] | None = None,
         _fault: int = 0,
     ) -> Plan:
         """Validate a batch and precompute the launch.
@@ -287,6 +307,9 @@ class CartridgeAttention:
             Device of the run tensors; ``kv_indices``' device when None.
         allow_unqualified_arch : bool
             Permit a CUDA GPU outside the qualified SM90 envelope.
+        device_capability : tuple of int or None
+            ``(major, minor)`` validated in addition to the device's own capability (see :func:`check_device`):
+            it can only make the architecture check refuse, e.g. ``(8, 9)`` to show the guard on an SM90 host.
         _fault : int
             TEST-ONLY: a :class:`cartridge_attn.faults.Fault` variant. Never set outside tests.
 
@@ -355,7 +378,7 @@ class CartridgeAttention:
         dev = torch.device(device) if device is not None else kv_indices.device
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
-        check_device(dev, allow_unqualified_arch)
+        check_device(dev, allow_unqualified_arch, device_capability)
 
         if mode == "auto":
             mode = "decode" if bool((q_lens == 1).all()) else "prefill"

@@ -15,6 +15,7 @@ Both normalize to `Cartridge`: per layer K and V of shape (T, H_kv, D), frozen t
 
 from __future__ import annotations
 
+import itertools
 import json
 import pickle
 import re
@@ -28,6 +29,7 @@ from safetensors.torch import load_file, save_file
 
 from qualify.cartridge.types import Cartridge
 from qualify.errors import CartridgeError
+from qualify.signing._json import TooLarge, check_depth
 
 TRAINABLE = ("trainable_keys", "trainable_values")
 FROZEN_NAMES = (("fixed_keys", "fixed_values"), ("frozen_keys", "frozen_values"))
@@ -108,6 +110,15 @@ def _read_torch(path: Path) -> object:
 def _check_zip(path: Path) -> None:
     try:
         with zipfile.ZipFile(path) as archive:
+            # torch.save stores members uncompressed; a compressed member could be a zip bomb that
+            # testzip below (and torch after it) would inflate in full.
+            compressed = next((i.filename for i in archive.infolist() if i.compress_type != zipfile.ZIP_STORED), None)
+            if compressed is not None:
+                raise CartridgeError(
+                    str(path),
+                    f"not a PyTorch checkpoint: archive member {compressed[:80]!r} is compressed "
+                    "(torch.save stores every member uncompressed)",
+                )
             bad = archive.testzip()  # reads every member and checks its CRC
     except zipfile.BadZipFile:
         raise CartridgeError(
@@ -117,6 +128,22 @@ def _check_zip(path: Path) -> None:
         raise CartridgeError(str(path), f"truncated file: {_first_line(exc)}") from None
     if bad is not None:
         raise CartridgeError(str(path), f"corrupt checkpoint: CRC mismatch in archive member {bad!r}")
+
+
+# Bytes per element of every safetensors dtype, so a header can be checked against the file before any
+# tensor is allocated. Only the float dtypes a cartridge is stored in are accepted; FP8 (and FP4) are
+# serving layouts that the suite derives from a BF16 cartridge, never an input format.
+_SAFETENSORS_ITEMSIZE = {
+    "BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1, "F4": 1,
+    "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4, "I64": 8, "U64": 8, "F64": 8,
+}  # fmt: skip
+_CARTRIDGE_SAFETENSORS_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
+_CARTRIDGE_TORCH_DTYPES = frozenset({torch.float16, torch.bfloat16, torch.float32, torch.float64})
+_HEADER_ENTRY_FIELDS = frozenset({"dtype", "shape", "data_offsets"})
+# safetensors' own limit; a larger length means the bytes are not a safetensors file at all.
+_MAX_HEADER_BYTES = 100 * 1024 * 1024
+# A safetensors header is an object of objects holding lists: three levels.
+_MAX_HEADER_DEPTH = 3
 
 
 def _read_safetensors(path: Path) -> dict[str, list[torch.Tensor]]:
@@ -129,23 +156,96 @@ def _read_safetensors(path: Path) -> dict[str, list[torch.Tensor]]:
         if header_len > size - 8:
             # A header length beyond the file is how both truncation and non-safetensors bytes look;
             # text files decode to absurdly large lengths, so tell them apart by magnitude.
-            if header_len > 100 * 1024 * 1024:
+            if header_len > _MAX_HEADER_BYTES:
                 raise CartridgeError(str(path), "not a checkpoint: no safetensors header")
             raise CartridgeError(str(path), f"truncated file: header needs {header_len} bytes, file has {size - 8}")
-        try:
-            header = json.loads(fh.read(header_len))
-        except (UnicodeDecodeError, json.JSONDecodeError):
-            raise CartridgeError(str(path), "not a checkpoint: safetensors header is not JSON") from None
-    ends = [int(v["data_offsets"][1]) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)]
-    if ends and max(ends) > size - 8 - header_len:
-        raise CartridgeError(
-            str(path), f"truncated file: tensor data needs {max(ends)} bytes, file has {size - 8 - header_len}"
-        )
+        header_bytes = fh.read(header_len)
+    try:
+        # Bounded first: json's parser recurses once per nesting level.
+        check_depth(header_bytes, _MAX_HEADER_DEPTH)
+        header = json.loads(header_bytes)
+    except TooLarge:
+        raise CartridgeError(str(path), "not a checkpoint: safetensors header nests too deep") from None
+    except (UnicodeDecodeError, ValueError):  # ValueError: also numbers past Python's digit limit
+        raise CartridgeError(str(path), "not a checkpoint: safetensors header is not JSON") from None
+    _check_safetensors_header(header, size - 8 - header_len, str(path))
     try:
         flat = load_file(str(path))
     except SafetensorError as exc:
         raise CartridgeError(str(path), f"corrupt safetensors file: {_first_line(exc)}") from None
     return _unflatten(flat, str(path))
+
+
+def _check_safetensors_header(header: object, data_len: int, where: str) -> None:
+    """Check every field of a safetensors header against the file before safetensors allocates anything.
+
+    Each tensor's dtype, shape and byte range must be consistent and lie inside the `data_len` bytes
+    after the header, and each layer index must be below the number of tensors, so the memory a load
+    takes is bounded by the file's size.
+    """
+    if not isinstance(header, dict):
+        raise CartridgeError(where, f"safetensors header is a JSON {type(header).__name__}, expected an object")
+    metadata = header.get("__metadata__", {})
+    if not isinstance(metadata, dict) or not all(isinstance(v, str) for v in metadata.values()):
+        raise CartridgeError(where, "safetensors header field __metadata__ must map names to strings")
+    tensors = {name: entry for name, entry in header.items() if name != "__metadata__"}
+    last_end, last_name = 0, ""
+    for name, entry in tensors.items():
+        field = f"safetensors header entry {name[:80]!r}"
+        if not isinstance(entry, dict):
+            raise CartridgeError(where, f"{field} is a JSON {type(entry).__name__}, expected an object")
+        if set(entry) != _HEADER_ENTRY_FIELDS:
+            missing = sorted(_HEADER_ENTRY_FIELDS - set(entry))
+            extra = sorted(set(entry) - _HEADER_ENTRY_FIELDS)
+            detail = (f"lacks {', '.join(missing)}" if missing else "") + (
+                f"{'; ' if missing else ''}has unknown {', '.join(extra)}" if extra else ""
+            )
+            raise CartridgeError(where, f"{field} {detail} (expected dtype, shape, data_offsets)")
+        dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+        if dtype not in _CARTRIDGE_SAFETENSORS_DTYPES:
+            if dtype in _SAFETENSORS_ITEMSIZE:
+                raise CartridgeError(
+                    where,
+                    f"{field} field dtype is {dtype}; a cartridge is stored as "
+                    f"{', '.join(sorted(_CARTRIDGE_SAFETENSORS_DTYPES))} (FP8 layouts are derived when serving)",
+                )
+            raise CartridgeError(where, f"{field} field dtype {str(dtype)[:40]!r} is not a safetensors dtype")
+        if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+            raise CartridgeError(where, f"{field} field shape must be a list of non-negative integers")
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(type(o) is int for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1]
+        ):
+            raise CartridgeError(where, f"{field} field data_offsets must be [begin, end] with 0 <= begin <= end")
+        if offsets[1] > last_end:
+            last_end, last_name = offsets[1], name
+        numel = 0 if 0 in shape else 1
+        for d in shape:
+            numel *= d  # Python ints: a hostile shape cannot overflow into a small product
+            if numel > data_len:
+                break  # already more than the file holds; stop before the product grows huge
+        if numel * _SAFETENSORS_ITEMSIZE[dtype] != offsets[1] - offsets[0]:
+            raise CartridgeError(
+                where,
+                f"{field} field shape {shape[:8]} of {dtype} needs {numel * _SAFETENSORS_ITEMSIZE[dtype]} bytes, "
+                f"data_offsets give {offsets[1] - offsets[0]}",
+            )
+        match = _FLAT_NAME.match(name)
+        # Compared by length first: int() of a 5,000-digit index would itself be refused by Python.
+        if match is not None and (len(match[3]) > len(str(len(tensors))) or int(match[3]) >= len(tensors)):
+            raise CartridgeError(
+                where,
+                f"tensor name {name[:80]!r}: layer index {match[3][:20]} is not below the "
+                f"{len(tensors)} tensors in the file",
+            )
+    if last_end > data_len:
+        raise CartridgeError(
+            where,
+            f"truncated file: tensor data needs {last_end} bytes, file has {data_len} "
+            f"(field data_offsets of {last_name[:80]!r})",
+        )
 
 
 def _unflatten(flat: Mapping[str, torch.Tensor], where: str) -> dict[str, list[torch.Tensor]]:
@@ -164,8 +264,10 @@ def _unflatten(flat: Mapping[str, torch.Tensor], where: str) -> dict[str, list[t
         )
     out: dict[str, list[torch.Tensor]] = {}
     for name, by_layer in grouped.items():
-        missing = sorted(set(range(max(by_layer) + 1)) - set(by_layer))
-        if missing:
+        # Layers present are numbered 0..n-1 exactly when the largest is n-1; checked so, a huge index
+        # costs nothing here, and only then is the (small) list of gaps built.
+        if max(by_layer) >= len(by_layer):
+            missing = list(itertools.islice((i for i in range(max(by_layer)) if i not in by_layer), 10))
             raise CartridgeError(where, f"missing layers {missing} in {name}.<layer>")
         out[name] = [by_layer[i] for i in range(len(by_layer))]
     return out
@@ -242,6 +344,13 @@ def _tensor_list(raw: Mapping, name: str, where: str) -> list[torch.Tensor]:
             raise CartridgeError(where, f"{name}[{layer}] has shape {tuple(tensor.shape)}, expected (1, H_kv, T, D)")
         if not tensor.is_floating_point():
             raise CartridgeError(where, f"{name}[{layer}] has dtype {tensor.dtype}, expected a float dtype")
+        if tensor.dtype not in _CARTRIDGE_TORCH_DTYPES:
+            # FP8 is a float dtype, but one the suite derives from a BF16 cartridge, never reads.
+            raise CartridgeError(
+                where,
+                f"{name}[{layer}] has dtype {tensor.dtype}; a cartridge is stored as float16, bfloat16, "
+                "float32 or float64 (FP8 layouts are derived when serving)",
+            )
     return list(value)
 
 

@@ -13,8 +13,9 @@ from transformers import PreTrainedModel
 from qualify.cartridge.types import Cartridge
 from qualify.loss.data import EvalItem, EvalSet, check_vocab
 from qualify.loss.forward import Batch, Prefix, answer_log_probs, make_batches, prepare_prefix
+from qualify.quant.apply import QuantStats, apply_layout
 from qualify.quant.fp8 import Scaling
-from qualify.quant.layouts import Layout, QuantStats, apply_layout
+from qualify.quant.layouts import Layout
 from qualify.stats.bootstrap import DEFAULT_RESAMPLES, bootstrap_indices, ratio_of_sums_ci
 
 DEFAULT_BATCH_SIZE = 16

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Layout:
-    """How an implementation holds K and V; element sizes in bytes."""
+    """How an implementation holds K and V; element sizes in bytes. Each kernel implementation names its own
+    in the implementation table (`qualify.perf.implementations`)."""
 
     cartridge_k: int
     cartridge_v: int
@@ -21,15 +22,6 @@ class Layout:
     live_v: int
     shared_cartridge: bool  # one cartridge copy serves every request
     copies_cartridge_for_prefill: bool  # TTFT includes writing the cartridge into each new request's pages
-
-
-LAYOUTS: dict[str, Layout] = {
-    "fused-k16v8": Layout(2, 1, 2, 2, shared_cartridge=True, copies_cartridge_for_prefill=False),
-    "fused-k16v16": Layout(2, 2, 2, 2, shared_cartridge=True, copies_cartridge_for_prefill=False),
-    "flashinfer-inject-bf16": Layout(2, 2, 2, 2, shared_cartridge=False, copies_cartridge_for_prefill=True),
-    "flashinfer-inject-fp8": Layout(1, 1, 1, 1, shared_cartridge=False, copies_cartridge_for_prefill=True),
-    "flashinfer-cascade-bf16": Layout(2, 2, 2, 2, shared_cartridge=True, copies_cartridge_for_prefill=False),
-}
 
 
 @dataclass(frozen=True)

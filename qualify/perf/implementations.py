@@ -1,16 +1,21 @@
-"""The registry of implementation *sets* the perf gate can compare.
+"""The one table of implementations the perf gate can compare, grouped into *sets*.
 
 A set groups implementations measured the same way by one `measure` function in a worker process:
 `kernel` (attention kernels, one decode step = num_layers attention calls) and `engine` (vLLM serving a
 cartridge, one fresh process per layout: qualify.perf.engine_set). The gate kind is the same for both.
-Declarations only: nothing here imports torch.
+Each implementation names everything the rest of the package needs to know about it: the metrics it supports,
+the builder that sets it up in the worker, and the bytes it moves (`bytes_model`). Nothing else declares
+implementation names. Declarations only: nothing here imports torch (builders are imported in the worker).
 """
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
+from qualify.perf.bytes_model import Layout
 from qualify.perf.metrics import METRICS
 from qualify.serve.layouts import LAYOUTS
 
@@ -19,9 +24,14 @@ RELEASE = "release"  # a gate's `baseline` naming the same candidate in the base
 
 @dataclass(frozen=True)
 class Implementation:
+    """One implementation. `builder` ("module:function") and `bytes` are set where the set's `measure` needs them
+    (the kernel set); an engine implementation is built from the serving layout of the same name instead."""
+
     name: str
     description: str
     metrics: frozenset[str]
+    builder: str | None = None  # "module:function" taking a CellSpec, returning a Built; imported in the worker
+    bytes: Layout | None = None  # how it holds K and V, for the bytes it moves per step (bytes_model)
 
 
 @dataclass(frozen=True)
@@ -74,38 +84,55 @@ class ImplementationRegistry:
 
 
 _BOTH = frozenset({"decode_tokens_per_s", "ttft_proxy_ms"})
+_KERNELS = "qualify.perf.kernel_set"
+# Element bytes of (cartridge K, cartridge V, live K, live V); whether one cartridge copy serves every request;
+# whether TTFT includes writing the cartridge into each new request's pages.
+_SHARED_K16V8 = Layout(2, 1, 2, 2, shared_cartridge=True, copies_cartridge_for_prefill=False)
+_SHARED_BF16 = Layout(2, 2, 2, 2, shared_cartridge=True, copies_cartridge_for_prefill=False)
+_INJECTED_BF16 = Layout(2, 2, 2, 2, shared_cartridge=False, copies_cartridge_for_prefill=True)
+_INJECTED_FP8 = Layout(1, 1, 1, 1, shared_cartridge=False, copies_cartridge_for_prefill=True)
 
 KERNEL_SET = ImplementationSet(
     name="kernel",
     description="attention kernels on the cartridge + paged live-suffix layout (one process per implementation)",
-    measure="qualify.perf.kernel_set:measure",
+    measure=f"{_KERNELS}:measure",
     implementations=(
         Implementation(
             "fused-k16v8",
             "this project's fused kernel over a shared cartridge (K BF16, V FP8 E4M3 per-head scales)",
             _BOTH,
+            builder=f"{_KERNELS}:build_fused_k16v8",
+            bytes=_SHARED_K16V8,
         ),
         Implementation(
             "fused-k16v16",
             "the same fused kernel with a BF16 cartridge V (separates the dtype effect from the fusion effect)",
             _BOTH,
+            builder=f"{_KERNELS}:build_fused_k16v16",
+            bytes=_SHARED_BF16,
         ),
         Implementation(
             "flashinfer-inject-bf16",
             "ordinary injection: the BF16 cartridge copied into every request's pages, FlashInfer paged decode "
             "and FA3 paged prefill (TTFT includes the copy)",
             _BOTH,
+            builder=f"{_KERNELS}:build_inject_bf16",
+            bytes=_INJECTED_BF16,
         ),
         Implementation(
             "flashinfer-inject-fp8",
             "injection with global FP8 E4M3 K and V, FlashInfer paged decode (decode only: FlashInfer's FP8 "
             "paged prefill is a separate JIT module this version does not build)",
             frozenset({"decode_tokens_per_s"}),
+            builder=f"{_KERNELS}:build_inject_fp8",
+            bytes=_INJECTED_FP8,
         ),
         Implementation(
             "flashinfer-cascade-bf16",
             "FlashInfer MultiLevelCascadeAttentionWrapper: one shared cartridge level + per-request level, merged",
             _BOTH,
+            builder=f"{_KERNELS}:build_cascade_bf16",
+            bytes=_SHARED_BF16,
         ),
     ),
 )
@@ -113,7 +140,8 @@ KERNEL_SET = ImplementationSet(
 
 _ENGINE_METRICS = frozenset({"output_tokens_per_s", "ttft_p50_ms", "ttft_p95_ms"})
 
-# Names and descriptions mirror qualify.serve.layouts.LAYOUTS (which imports nothing heavy either).
+# One implementation per serving layout (qualify.serve.layouts, which imports nothing heavy either): the engine
+# set's measure builds each from its layout, so the names and descriptions are read from there.
 ENGINE_SET = ImplementationSet(
     name="engine",
     description="vLLM 0.26 serving a cartridge end to end (one fresh process per layout; output tok/s and TTFT)",
@@ -130,3 +158,11 @@ def default_implementations() -> ImplementationRegistry:
     registry.register(KERNEL_SET)
     registry.register(ENGINE_SET)
     return registry
+
+
+def load_ref(ref: str) -> Any:
+    """Import what a "module:function" reference (a set's `measure`, an implementation's `builder`) names."""
+    module_name, _, attr = ref.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"expected 'module:function', got {ref!r}")
+    return getattr(importlib.import_module(module_name), attr)

@@ -1,5 +1,8 @@
 """The `kernel` implementation set: attention kernels timed over one decode step / one TTFT proxy.
 
+The implementations, their builders and byte models are declared in `qualify.perf.implementations`
+(`KERNEL_SET`); this module holds the builders and the `measure` function the worker runs.
+
 Every implementation serves the same problem: a 632-position (by default) cartridge shared by `batch`
 requests, each with its own paged live suffix, `num_layers` attention layers per step.
 
@@ -27,6 +30,7 @@ import torch
 
 from qualify.perf import bytes_model
 from qualify.perf.gpu_info import device_facts, read_clocks, versions
+from qualify.perf.implementations import KERNEL_SET, load_ref
 from qualify.perf.metrics import Metric, metric
 from qualify.perf.ncu import range_name
 from qualify.perf.spec import Cell, ShapeSet, WorkRequest, WorkResult
@@ -47,6 +51,36 @@ class CellSpec:
     redundant: int
     device: torch.device
     seed: int
+    kernel_config: Any = None  # a cartridge_attn.KernelConfig for the fused kernel (None: its default table)
+
+
+def cell_spec(
+    shape: ShapeSet,
+    metric: Metric,
+    batch: int,
+    suffix: int,
+    *,
+    l2_cold: bool,
+    redundant: int,
+    device: torch.device,
+    seed: int,
+    kernel_config: Any = None,
+) -> CellSpec:
+    """One cell: decode runs one query over `suffix + generated_tokens // 2` live tokens, TTFT prefills `suffix`."""
+    decode = metric.phase == "decode"
+    return CellSpec(
+        shape=shape,
+        metric=metric,
+        batch=batch,
+        suffix=suffix,
+        q_len=1 if decode else suffix,
+        live=shape.decode_live(suffix) if decode else suffix,
+        n_sets=shape.num_layers if l2_cold else 1,
+        redundant=redundant,
+        device=device,
+        seed=seed,
+        kernel_config=kernel_config,
+    )
 
 
 @dataclass
@@ -106,8 +140,14 @@ def _layer_calls(spec: CellSpec, one: Callable[[int], Callable[[], object]]) -> 
     return [repeated(i) for i in range(spec.shape.num_layers)]
 
 
+def _flashinfer() -> Any:
+    import flashinfer
+
+    return flashinfer
+
+
 # -- fused ----------------------------------------------------------------------------------------------
-def _fused(spec: CellSpec, fi: Any, *, v_fp8: bool) -> Built:
+def _fused(spec: CellSpec, *, v_fp8: bool) -> Built:
     import cartridge_attn as ca
 
     s = spec.shape
@@ -126,6 +166,7 @@ def _fused(spec: CellSpec, fi: Any, *, v_fp8: bool) -> Built:
         q_dtype=torch.bfloat16,
         cartridge_v_dtype=torch.float8_e4m3fn if v_fp8 else torch.bfloat16,
         causal=True,
+        config=spec.kernel_config,
     )
     sets = []
     for _ in range(spec.n_sets):
@@ -183,7 +224,8 @@ def _injection_caches(spec: CellSpec, pt: PageTable) -> tuple[list[Any], list[to
     return layouts, carts
 
 
-def _inject(spec: CellSpec, fi: Any, *, fp8: bool) -> Built:
+def _inject(spec: CellSpec, *, fp8: bool) -> Built:
+    fi = _flashinfer()
     s = spec.shape
     pt = page_table(spec, shuffle=False)
     layouts, carts = _injection_caches(spec, pt)
@@ -230,9 +272,10 @@ def _inject(spec: CellSpec, fi: Any, *, fp8: bool) -> Built:
     return Built(_layer_calls(spec, one_ttft), keep=[ws, w, caches, carts, qs, outs, lay0])
 
 
-def _cascade(spec: CellSpec, fi: Any) -> Built:
+def _cascade(spec: CellSpec) -> Built:
     import cartridge_attn as ca
 
+    fi = _flashinfer()
     s = spec.shape
     pt = page_table(spec, shuffle=False)
     layouts = []
@@ -270,28 +313,43 @@ def _cascade(spec: CellSpec, fi: Any) -> Built:
     return Built(_layer_calls(spec, one), keep=[ws, w, layouts, qs])
 
 
-Builder = Callable[[CellSpec, Any], Built]
-
-BUILDERS: dict[str, tuple[Builder, bool]] = {  # name -> (builder, needs FlashInfer)
-    "fused-k16v8": (lambda spec, fi: _fused(spec, fi, v_fp8=True), False),
-    "fused-k16v16": (lambda spec, fi: _fused(spec, fi, v_fp8=False), False),
-    "flashinfer-inject-bf16": (lambda spec, fi: _inject(spec, fi, fp8=False), True),
-    "flashinfer-inject-fp8": (lambda spec, fi: _inject(spec, fi, fp8=True), True),
-    "flashinfer-cascade-bf16": (_cascade, True),
-}
+# The builders `KERNEL_SET` names (qualify.perf.implementations), one per implementation.
+def build_fused_k16v8(spec: CellSpec) -> Built:
+    return _fused(spec, v_fp8=True)
 
 
-def _builder(name: str) -> tuple[Builder, bool]:
-    try:
-        return BUILDERS[name]
-    except KeyError:
-        raise KeyError(f"kernel set has no builder for {name!r}; choices: {', '.join(BUILDERS)}") from None
+def build_fused_k16v16(spec: CellSpec) -> Built:
+    return _fused(spec, v_fp8=False)
 
 
-def _cell_bytes(name: str, spec: CellSpec) -> int:
+def build_inject_bf16(spec: CellSpec) -> Built:
+    return _inject(spec, fp8=False)
+
+
+def build_inject_fp8(spec: CellSpec) -> Built:
+    return _inject(spec, fp8=True)
+
+
+def build_cascade_bf16(spec: CellSpec) -> Built:
+    return _cascade(spec)
+
+
+def build(name: str, spec: CellSpec) -> Built:
+    """Set up implementation `name` of the kernel set for one cell (buffers, plans, one call per layer)."""
+    impl = KERNEL_SET.get(name)
+    if impl.builder is None:
+        raise KeyError(f"kernel implementation {name!r} names no builder")
+    builder: Callable[[CellSpec], Built] = load_ref(impl.builder)
+    return builder(spec)
+
+
+def cell_bytes(name: str, spec: CellSpec) -> int:
+    """Unique bytes implementation `name` moves in one cell (every repetition of a redundant launch counted)."""
+    layout = KERNEL_SET.get(name).bytes
+    if layout is None:
+        raise KeyError(f"kernel implementation {name!r} names no bytes layout")
     s = spec.shape
     shape = bytes_model.AttentionShape(s.num_qo_heads, s.num_kv_heads, s.head_dim, s.cartridge_len)
-    layout = bytes_model.LAYOUTS[name]
     if spec.metric.phase == "decode":
         one = bytes_model.decode_step_bytes(layout, shape, s.num_layers, spec.batch, spec.live)
     else:
@@ -315,10 +373,7 @@ def measure(request: WorkRequest) -> WorkResult:
     """Measure one implementation over every (suffix, batch, metric) of the request's shape set."""
     started = time.perf_counter()
     shape, timing, options = request.shape_set(), request.timing_config(), request.implementation_options()
-    builder, needs_fi = _builder(request.implementation)
-    fi = None
-    if needs_fi:
-        import flashinfer as fi  # type: ignore[no-redef]
+    KERNEL_SET.get(request.implementation)  # an unknown name fails here, before the GPU is touched
     device = torch.device("cuda", 0)
     torch.manual_seed(request.seed)
     peak = None if request.profile else copy_bandwidth_bytes_per_s(device)
@@ -332,19 +387,17 @@ def measure(request: WorkRequest) -> WorkResult:
                 m = metric(metric_name)
                 decode = m.phase == "decode"
                 seed += 1
-                spec = CellSpec(
-                    shape=shape,
-                    metric=m,
-                    batch=batch,
-                    suffix=suffix,
-                    q_len=1 if decode else suffix,
-                    live=shape.decode_live(suffix) if decode else suffix,
-                    n_sets=shape.num_layers if timing.l2_cold and not request.profile else 1,
+                spec = cell_spec(
+                    shape,
+                    m,
+                    batch,
+                    suffix,
+                    l2_cold=timing.l2_cold and not request.profile,
                     redundant=options.redundant_launches,
                     device=device,
                     seed=seed,
                 )
-                built = builder(spec, fi)
+                built = build(request.implementation, spec)
                 if request.profile:
                     _profile_once(built, range_name(metric_name, batch, suffix))
                 else:
@@ -355,7 +408,7 @@ def measure(request: WorkRequest) -> WorkResult:
                         cuda_graph=timing.cuda_graph,
                     )
                     samples = [batch / (ms / 1000.0) for ms in t.samples_ms] if decode else list(t.samples_ms)
-                    moved = _cell_bytes(request.implementation, spec)
+                    moved = cell_bytes(request.implementation, spec)
                     pct = bytes_model.pct_of_peak(moved, statistics.median(t.samples_ms) / 1000.0, peak)
                     cells.append(
                         Cell(

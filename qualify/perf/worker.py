@@ -7,18 +7,11 @@ allocator state, JIT caches in memory or L2 contents. The request names the `mea
 from __future__ import annotations
 
 import argparse
-import importlib
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from qualify.perf.implementations import load_ref
 from qualify.perf.spec import WorkRequest, WorkResult
-
-
-def load_measure(ref: str) -> Callable[[WorkRequest], WorkResult]:
-    module_name, _, attr = ref.partition(":")
-    if not module_name or not attr:
-        raise ValueError(f"measure must be 'module:function', got {ref!r}")
-    return getattr(importlib.import_module(module_name), attr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -30,7 +23,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     request = WorkRequest.model_validate_json(args.request.read_text())
     if args.profile:
         request = request.model_copy(update={"profile": True})
-    result = load_measure(request.measure)(request)
+    measure: Callable[[WorkRequest], WorkResult] = load_ref(request.measure)
+    result = measure(request)
     args.result.write_text(result.model_dump_json(indent=1))
     return 0
 

@@ -1,15 +1,6 @@
-"""Render a signed (or plain) qualification report for people: a self-contained HTML page or a Markdown summary."""
+"""Render a signed (or plain) qualification report for people: a self-contained HTML page (`html`) or a
+Markdown summary (`markdown`), from an input read and checked by `source`.
 
-from qualify.render.html import render_html
-from qualify.render.markdown import render_markdown
-from qualify.render.source import RenderError, RenderInput, SignatureState, SignatureStatus, load_input
-
-__all__ = [
-    "RenderError",
-    "RenderInput",
-    "SignatureState",
-    "SignatureStatus",
-    "load_input",
-    "render_html",
-    "render_markdown",
-]
+Import the modules themselves; this `__init__` stays empty so that no module of the package imports it
+back (a package whose `__init__` imports its own modules, which import the package, is an import cycle).
+"""

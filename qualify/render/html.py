@@ -1,4 +1,5 @@
-"""The self-contained sign-off page: verdict and signature first, then gates, plots, payload and provenance.
+"""The self-contained sign-off page: verdict and signature first, then gates, the kinds' plots and summaries,
+and provenance.
 
 No script, no external resource: a Content-Security-Policy that allows none is part of the page, so
 even a string that escaped escaping could neither run nor fetch anything.
@@ -6,15 +7,17 @@ even a string that escaped escaping could neither run nor fetch anything.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from qualify import __version__
+from qualify.registry import GateKindRegistry
 from qualify.render import view
-from qualify.render.fmt import as_list, as_text, byte_size, ci, number
-from qualify.render.grid import numerics_grid
+from qualify.render.blocks import Figure, Summary
+from qualify.render.fmt import as_list, as_text, ci, number
 from qualify.render.html_parts import code, esc, status_badge, table
 from qualify.render.html_provenance import provenance_section
-from qualify.render.plots import accuracy_plot, loss_increase_plot, perf_plots
+from qualify.render.kind_blocks import KindBlocks, kind_blocks
 from qualify.render.source import RenderInput, SignatureState
 from qualify.render.style import CSS
 
@@ -84,7 +87,7 @@ def _check_cells(row: view.CheckRow) -> list[str]:
     ]
 
 
-def _gate_section(index: int, gate: view.GateView, skip_payload: bool) -> str:
+def _gate_section(index: int, gate: view.GateView, replaced: Sequence[str]) -> str:
     headers = ["item", "status", "check", "observed", "bound", "decided on", "CI", "n", "statistic", "outcome"]
     rows = [_check_cells(r) for r in view.check_rows(gate)]
     parts = [
@@ -92,7 +95,7 @@ def _gate_section(index: int, gate: view.GateView, skip_payload: bool) -> str:
         f"<p class='protects'>kind {code(gate.kind)} · {code(gate.gate_file)} · protects: {esc(gate.protects)}</p>",
         table(headers, rows, numeric=(3, 5, 7)),
     ]
-    for t in view.item_tables(gate, skip_payload):
+    for t in view.item_tables(gate, replaced):
         columns = [as_text(col) for col in as_list(t.get("columns"))]
         body = [[esc(number(v)) for v in as_list(r)] for r in as_list(t.get("rows"))]
         parts += [f"<h4>{esc(t.get('title'))}</h4>", table(columns, body)]
@@ -103,7 +106,7 @@ def _gate_section(index: int, gate: view.GateView, skip_payload: bool) -> str:
     return "".join(parts)
 
 
-def _gates(report: dict[str, Any], skip_payload: bool) -> str:
+def _gates(report: dict[str, Any], replaced: Sequence[str]) -> str:
     gates = view.gates(report)
     overview = [
         [
@@ -119,84 +122,38 @@ def _gates(report: dict[str, Any], skip_payload: bool) -> str:
         parts.append("<p class='warning'>The report holds no items: nothing was shown.</p>")
     else:
         parts.append(table(["gate", "kind", "status", "passed", "failed", "not run", "errors"], overview))
-    parts += [_gate_section(i, g, skip_payload) for i, g in enumerate(gates)]
+    parts += [_gate_section(i, g, replaced) for i, g in enumerate(gates)]
     parts.append("</section>")
     return "".join(parts)
 
 
-def _figure(fig_id: str, title: str, body: str, caption: str, kind: str) -> str:
-    if not body:
-        absent = f"<p class='absent-kind'>No {esc(kind)} items in this report.</p>"
-        return f"<div id='{fig_id}'><h3>{esc(title)}</h3>{absent}</div>"
-    return f"<figure id='{fig_id}'><h3>{esc(title)}</h3>{body}<figcaption>{esc(caption)}</figcaption></figure>"
-
-
-def _plots(report: dict[str, Any]) -> str:
-    perf = perf_plots(view.items_of_kind(report, "perf_nonregression"))
-    return "".join(
-        [
-            "<section id='plots'><h2>Plots</h2>",
-            _figure(
-                "plot-loss",
-                "Eval-loss increase per layout and checkpoint",
-                loss_increase_plot(view.items_of_kind(report, "loss_increase")),
-                "Bars: relative loss increase against BF16 with its confidence interval; dashed red: each layout's "
-                "bound. K16/V8 (the selected layout) is green and key-quantizing layouts red whatever they measured.",
-                "loss_increase",
-            ),
-            _figure(
-                "plot-accuracy",
-                "Accuracy as a percentage of BF16",
-                accuracy_plot(view.items_of_kind(report, "accuracy_floor")),
-                "Dots: score ratio with its CI on a 98-100.25 % axis; blue lines at 99 % and 99.9 %; red tick: the "
-                "item's floor. A hollow dot is an underpowered comparison.",
-                "accuracy_floor",
-            ),
-            _figure(
-                "plot-perf",
-                "Performance ratio per batch",
-                "".join(perf),
-                "Dots: candidate/baseline ratio with its CI; dashed red: the threshold.",
-                "perf_nonregression",
-            ),
-            _figure(
-                "plot-numerics",
-                "Kernel numerics matrix",
-                numerics_grid(view.items_of_kind(report, "kernel_numerics")),
-                "Rows: phase and live V; columns: the remaining axes. Hover a cell for its errors and tolerance.",
-                "kernel_numerics",
-            ),
-            "</section>",
-        ]
-    )
-
-
-def _payload(report: dict[str, Any]) -> str:
-    rows = view.payload_rows(report)
-    if not rows:
-        absent = "<p class='absent-kind'>No loss_increase payload rows in this report.</p>"
-        return f"<section id='payload'><h2>Raw payload and capacity</h2>{absent}</section>"
-    body = [
-        [
-            esc(r["model_id"]),
-            esc(r["layout"]),
-            esc(number(r["bytes_per_token"])),
-            esc(f"{number(r['context_bytes'])} ({byte_size(r['context_bytes'])})"),
-            esc(f"{number(r['cartridge_bytes'])} ({byte_size(r['cartridge_bytes'])})"),
-            esc(number(r["capacity_ratio"])),
-        ]
-        for r in rows
-    ]
-    headers = ["model", "layout", "bytes / token", "context bytes", "cartridge bytes", "capacity ratio"]
+def _figure(fig: Figure) -> str:
+    if not fig.body:
+        absent = f"<p class='absent-kind'>{esc(fig.absent)}</p>"
+        return f"<div id='{esc(fig.id)}'><h3>{esc(fig.title)}</h3>{absent}</div>"
     return (
-        f"<section id='payload'><h2>Raw payload and capacity</h2>{table(headers, body, numeric=(2, 3, 4, 5))}</section>"
+        f"<figure id='{esc(fig.id)}'><h3>{esc(fig.title)}</h3>{fig.body}"
+        f"<figcaption>{esc(fig.caption)}</figcaption></figure>"
     )
 
 
-def render_html(src: RenderInput) -> str:
+def _plots(blocks: KindBlocks) -> str:
+    return "".join(["<section id='plots'><h2>Plots</h2>", *(_figure(f) for f in blocks.figures), "</section>"])
+
+
+def _summary(s: Summary) -> str:
+    if not s.rows:
+        body = f"<p class='absent-kind'>{esc(s.absent)}</p>"
+    else:
+        body = table(s.headers, [[esc(c) for c in row] for row in s.rows], numeric=s.numeric)
+    return f"<section id='{esc(s.id)}'><h2>{esc(s.title)}</h2>{body}</section>"
+
+
+def render_html(src: RenderInput, registry: GateKindRegistry | None = None) -> str:
+    """The page; every registered kind's render hook contributes its figures and summaries."""
     report = src.report
     title = f"{view.verdict(report)} — qualification report"
-    payload = _payload(report)
+    blocks = kind_blocks(report, registry)
     return "".join(
         [
             "<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>",
@@ -204,9 +161,9 @@ def render_html(src: RenderInput) -> str:
             "<meta name='viewport' content='width=device-width, initial-scale=1'>",
             f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
             _header(src),
-            _gates(report, skip_payload=bool(view.payload_rows(report))),
-            _plots(report),
-            payload,
+            _gates(report, blocks.replaced_tables()),
+            _plots(blocks),
+            *(_summary(s) for s in blocks.summaries),
             provenance_section(src),
             f"<footer>Rendered by cartridge-qualify {esc(__version__)} from {esc(src.source)}. "
             "The signed envelope, not this page, is the record; verify it with <code>qualify verify</code>.</footer>",

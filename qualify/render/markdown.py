@@ -1,4 +1,5 @@
-"""The Markdown summary for $GITHUB_STEP_SUMMARY: verdict and signature first, a compact table per gate, payload.
+"""The Markdown summary for $GITHUB_STEP_SUMMARY: verdict and signature first, a compact table per gate, then
+the kinds' summary tables.
 
 GitHub refuses a step summary over 1 MiB, so the output is built against a byte budget: long tables
 are cut with a note, and gates that no longer fit are counted instead of shown.
@@ -11,8 +12,11 @@ from collections.abc import Sequence
 from html import escape
 from typing import Any
 
+from qualify.registry import GateKindRegistry
 from qualify.render import view
+from qualify.render.blocks import Summary
 from qualify.render.fmt import MISSING, as_text, ci, number
+from qualify.render.kind_blocks import kind_blocks
 from qualify.render.source import RenderInput, SignatureState
 
 STEP_SUMMARY_LIMIT = 1024 * 1024
@@ -95,19 +99,13 @@ def _gate(gate: view.GateView) -> str:
     return head + _table(["item", "status", "check", "observed", "bound", "outcome"], rows)
 
 
-def _payload(report: dict[str, Any]) -> str:
-    rows = [
-        [md(r["model_id"]), md(r["layout"])]
-        + [md(number(r[k])) for k in ("bytes_per_token", "context_bytes", "cartridge_bytes", "capacity_ratio")]
-        for r in view.payload_rows(report)
-    ]
-    if not rows:
+def _summary(s: Summary) -> str:
+    if not s.rows:
         return ""
-    headers = ["model", "layout", "bytes/token", "context bytes", "cartridge bytes", "capacity ratio"]
-    return "### Raw payload and capacity\n\n" + _table(headers, rows)
+    return f"### {md(s.title)}\n\n" + _table([md(h) for h in s.headers], [[md(c) for c in row] for row in s.rows])
 
 
-def render_markdown(src: RenderInput, budget: int = DEFAULT_BUDGET) -> str:
+def render_markdown(src: RenderInput, budget: int = DEFAULT_BUDGET, registry: GateKindRegistry | None = None) -> str:
     """The summary, at most `budget` UTF-8 bytes; what does not fit is named, not silently dropped."""
     report = src.report
     gates = view.gates(report)
@@ -130,8 +128,8 @@ def render_markdown(src: RenderInput, budget: int = DEFAULT_BUDGET) -> str:
         _header(src),
         "### Gates\n\n" + _table(["gate", "kind", "status", "passed", "failed", "not run", "errors"], overview),
     ]
-    payload = _payload(report)
-    used = sum(len(p.encode()) for p in (*fixed, payload, footer)) + 200
+    summaries = "\n".join(t for t in (_summary(s) for s in kind_blocks(report, registry).summaries) if t)
+    used = sum(len(p.encode()) for p in (*fixed, summaries, footer)) + 200
     sections: list[str] = []
     for i, gate in enumerate(gates):
         text = _gate(gate)
@@ -143,7 +141,7 @@ def render_markdown(src: RenderInput, budget: int = DEFAULT_BUDGET) -> str:
             break
         sections.append(text)
         used += size
-    out = "\n".join([*fixed, *sections, payload, footer])
+    out = "\n".join([*fixed, *sections, summaries, footer])
     encoded = out.encode()
     if len(encoded) > budget:  # only when the fixed part alone is oversized (thousands of gates)
         cut = encoded[: budget - 200].decode("utf-8", errors="ignore")

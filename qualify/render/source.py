@@ -14,9 +14,11 @@ from typing import Any
 import jsonschema
 
 from qualify.errors import QualifyError, SigningError
-from qualify.hashing import sha256_bytes
-from qualify.report.build import REPORT_FORMAT, SCHEMA_PATH
+from qualify.hashing import sha256_bytes, sha256_file
+from qualify.report.build import REPORT_FORMAT
+from qualify.report.schema import schema_for
 from qualify.signing import dsse
+from qualify.signing._json import MAX_ENVELOPE_BYTES, TooLarge, check_depth, read_bounded
 from qualify.signing.keys import load_public_key
 
 _MAX_SCHEMA_ERRORS = 5
@@ -71,7 +73,17 @@ class RenderInput:
     schema_errors: list[str] = field(default_factory=list)
 
 
+class _Unreadable(RenderError):
+    """The input is (or claims to be) an envelope but cannot be read as one: an invalid envelope, whose
+    page is still drawn under the do-not-sign-off banner, never a usage error."""
+
+
 def _json(data: bytes, what: str) -> Any:
+    try:
+        # Bounded first: json's parser recurses once per level and would die of a RecursionError.
+        check_depth(data)
+    except TooLarge as e:
+        raise _Unreadable(f"{what} is {e}") from e
     try:
         return json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as e:
@@ -93,16 +105,19 @@ def _unverified_payload(envelope: dict[str, Any], what: str) -> tuple[dict[str, 
     # that says the claims are not authenticated.
     payload = envelope.get("payload")
     if not isinstance(payload, str):
-        raise RenderError(f"{what}: envelope has no payload string")
+        raise _Unreadable(f"{what}: envelope has no payload string")
     try:
         raw = base64.b64decode(payload, altchars=b"-_" if ("-" in payload or "_" in payload) else None)
     except (binascii.Error, ValueError) as e:
-        raise RenderError(f"{what}: envelope payload is not base64: {e}") from e
-    return _statement_report(_json(raw, f"{what}: envelope payload"), what)
+        raise _Unreadable(f"{what}: envelope payload is not base64: {e}") from e
+    try:
+        return _statement_report(_json(raw, f"{what}: envelope payload"), what)
+    except RenderError as e:
+        raise _Unreadable(str(e)) from e
 
 
 def _schema_errors(report: dict[str, Any]) -> list[str]:
-    validator = jsonschema.Draft202012Validator(json.loads(SCHEMA_PATH.read_text()))
+    validator = jsonschema.Draft202012Validator(schema_for(report))  # the schema of the report's own version
     errors = sorted(validator.iter_errors(report), key=lambda e: list(e.absolute_path))
     out = [f"{'/'.join(map(str, e.absolute_path)) or '(top level)'}: {e.message[:200]}" for e in errors]
     if len(out) > _MAX_SCHEMA_ERRORS:
@@ -110,26 +125,44 @@ def _schema_errors(report: dict[str, Any]) -> list[str]:
     return out
 
 
+def _invalid(path: Path, reason: str, source_sha256: str) -> RenderInput:
+    """An input that cannot be shown as a report: an empty page under the INVALID banner, with the reason."""
+    return RenderInput(
+        report={},
+        signature=SignatureStatus(SignatureState.INVALID, reason),
+        source=path.name,
+        source_sha256=source_sha256,
+    )
+
+
 def load_input(path: str | os.PathLike[str], public_key: str | os.PathLike[str] | None = None) -> RenderInput:
     """Read an envelope or a plain report; with `public_key`, check the envelope's signature.
 
-    A missing or unreadable key is a RenderError (a usage mistake), not an invalid signature.
+    A missing or unreadable key is a RenderError (a usage mistake), not an invalid signature. An input
+    beyond the size or depth limits, or an envelope whose payload cannot be read, comes back as an
+    INVALID input with an empty report, so the page that says "do not sign off" is still drawn.
     """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_bounded(path)
+    except TooLarge as e:
+        # Hash by streaming, and only a regular file: a FIFO would never end.
+        digest = sha256_file(path) if path.is_file() else ""
+        return _invalid(path, f"{path.name} is {e} (at most {MAX_ENVELOPE_BYTES >> 20} MiB is read)", digest)
     except OSError as e:
         raise RenderError(f"{path}: cannot read: {e.strerror or e}") from e
-    doc = _json(data, str(path))
+    try:
+        doc = _json(data, str(path))
+    except _Unreadable as e:
+        return _invalid(path, str(e), sha256_bytes(data))
     if not isinstance(doc, dict):
         raise RenderError(f"{path}: neither a DSSE envelope nor a report (top level is not an object)")
 
     subjects: list[Subject] = []
     if "payloadType" in doc and "payload" in doc:
-        if public_key is None:
-            report, subjects = _unverified_payload(doc, str(path))
-            signature = SignatureStatus(SignatureState.NOT_CHECKED)
-        else:
+        verified = None
+        reason = None
+        if public_key is not None:
             try:
                 key = load_public_key(public_key)
             except SigningError as e:
@@ -139,19 +172,31 @@ def load_input(path: str | os.PathLike[str], public_key: str | os.PathLike[str] 
                 # of the file that could see different content.
                 verified = dsse.verify(data, key)
             except SigningError as e:
+                reason = str(e)
+        if verified is not None:
+            report = verified.predicate
+            subjects = [Subject(s.name, s.digest.sha256) for s in verified.statement.subject]
+            signature = SignatureStatus(SignatureState.VALID, verified.keyid)
+        else:
+            try:
                 report, subjects = _unverified_payload(doc, str(path))
-                signature = SignatureStatus(SignatureState.INVALID, str(e))
-            else:
-                report = verified.predicate
-                subjects = [Subject(s.name, s.digest.sha256) for s in verified.statement.subject]
-                signature = SignatureStatus(SignatureState.VALID, verified.keyid)
+            except _Unreadable as e:
+                return _invalid(path, reason or str(e), sha256_bytes(data))
+            signature = (
+                SignatureStatus(SignatureState.NOT_CHECKED)
+                if reason is None
+                else SignatureStatus(SignatureState.INVALID, reason)
+            )
     elif doc.get("report_format") == REPORT_FORMAT:
         report, signature = doc, SignatureStatus(SignatureState.UNSIGNED)
     else:
         raise RenderError(f"{path}: neither a DSSE envelope nor a {REPORT_FORMAT} report")
 
     if report.get("report_format") != REPORT_FORMAT:
-        raise RenderError(f"{path}: the signed statement does not carry a {REPORT_FORMAT} report")
+        problem = f"{path}: the signed statement does not carry a {REPORT_FORMAT} report"
+        if signature.state in (SignatureState.INVALID, SignatureState.NOT_CHECKED):
+            return _invalid(path, signature.detail or problem, sha256_bytes(data))
+        raise RenderError(problem)
     return RenderInput(
         report=report,
         signature=signature,

@@ -1,4 +1,4 @@
-"""The report reshaped for reading: items grouped by gate, statuses ranked, measurement rows extracted.
+"""The report reshaped for reading: items grouped by gate, statuses ranked; nothing here knows a gate kind.
 
 Everything here tolerates malformed input, because a tampered or foreign report is still rendered
 (under a banner saying so) rather than crashing the page that must show the problem.
@@ -6,15 +6,14 @@ Everything here tolerates malformed input, because a tampered or foreign report 
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from qualify.render.fmt import as_dict, as_float, as_list, as_text
+from qualify.render.fmt import as_float, as_list, as_text
 
 # Worst first: a gate takes the worst status of its items, so one skipped cell cannot hide behind passes.
 _STATUS_RANK = {"error": 0, "failed": 1, "skipped": 2, "passed": 3}
-LAYOUT_ORDER = ("K16/V16", "K16/V8", "K8/V16", "K8/V8")
-PAYLOAD_COLUMNS = ("model_id", "layout", "bytes_per_token", "context_bytes", "cartridge_bytes", "capacity_ratio")
 
 
 def item_status(item: dict[str, Any]) -> str:
@@ -71,40 +70,6 @@ def items_of_kind(report: dict[str, Any], kind: str) -> list[dict[str, Any]]:
     return [i for i in items(report) if i.get("kind") == kind]
 
 
-def measurements(item: dict[str, Any]) -> dict[str, Any]:
-    return as_dict(item.get("measurements"))
-
-
-def layout_sort_key(layout: str) -> tuple[int, str]:
-    return (LAYOUT_ORDER.index(layout) if layout in LAYOUT_ORDER else len(LAYOUT_ORDER), layout)
-
-
-def payload_rows(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """The raw-payload/capacity rows of every loss_increase item, each distinct row once.
-
-    The same model and layouts repeat across checkpoints and workloads; the table exists to show
-    the byte arithmetic, so repeating identical rows would only bury it.
-    """
-    seen: set[tuple[str, ...]] = set()
-    rows = []
-    for item in items_of_kind(report, "loss_increase"):
-        m = measurements(item)
-        model_id = as_text(m.get("model_id"))
-        for entry in as_list(m.get("payload")):
-            if not isinstance(entry, dict):
-                continue
-            row = {"model_id": model_id, **{c: entry.get(c) for c in PAYLOAD_COLUMNS[1:]}}
-            key = tuple(as_text(row[c]) for c in PAYLOAD_COLUMNS)
-            if key not in seen:
-                seen.add(key)
-                rows.append(row)
-    return sorted(rows, key=lambda r: (as_text(r["model_id"]), layout_sort_key(as_text(r["layout"]))))
-
-
-def is_payload_table(table: dict[str, Any]) -> bool:
-    return "payload" in as_text(table.get("title")).lower()
-
-
 @dataclass(frozen=True)
 class CheckRow:
     """One row of a gate table: a check, or a placeholder for an item that produced none."""
@@ -138,13 +103,20 @@ def check_outcome(check: dict[str, Any]) -> str:
     return "pass" if check.get("passed") is True else "fail"
 
 
-def item_tables(gate: GateView, skip_payload: bool) -> list[dict[str, Any]]:
-    """Each distinct item table of a gate once (matrix cells often repeat the same table)."""
+def item_tables(gate: GateView, replaced: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """Each distinct item table of a gate once (matrix cells often repeat the same table).
+
+    Tables whose title contains one of `replaced` (case-insensitive) are left out: a kind's summary
+    section shows them already.
+    """
     seen: set[str] = set()
     out = []
     for item in gate.items:
         for table in as_list(item.get("tables")):
-            if not isinstance(table, dict) or (skip_payload and is_payload_table(table)):
+            if not isinstance(table, dict):
+                continue
+            title = as_text(table.get("title")).lower()
+            if any(r.lower() in title for r in replaced):
                 continue
             key = as_text(table, limit=10**9)
             if key not in seen:

@@ -7,14 +7,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qualify import __version__
+from qualify.report.schema import REPORT_VERSION
 from qualify.results import InputRef, Status
 
 if TYPE_CHECKING:
-    from qualify.plugin import SessionState
+    from qualify.session import SessionState
 
 REPORT_FORMAT = "cartridge-qualify/report"
-REPORT_VERSION = 1
-SCHEMA_PATH = Path(__file__).with_name("report.schema.json")
 
 
 def collect_inputs(state: SessionState) -> list[InputRef]:

@@ -15,6 +15,7 @@ import shutil
 import socket
 import subprocess
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Literal
@@ -22,6 +23,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 import qualify
+from qualify.secret_names import is_secret_name
 
 # report key -> distribution names to try, first installed wins. Read from metadata only: importing
 # vllm or flashinfer just to learn their version would cost seconds and could touch the GPU.
@@ -54,9 +56,12 @@ _ENV_ALLOWLIST = frozenset(
     }
 )
 _ENV_ALLOWED_PREFIX = "QUALIFY_"
-# A name containing any of these is dropped even when allowlisted: QUALIFY_SIGNING_KEY must never
-# be copied into a report, and a future allowlist entry must not be able to let one through.
-_SECRET_MARKERS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "PASSWD", "CREDENTIAL")
+# A name that looks secret (qualify.secret_names: KEY, TOKEN, PASS, AUTH, ...) is dropped even when
+# allowlisted: QUALIFY_SIGNING_KEY must never be copied into a report, and a future allowlist entry
+# must not be able to let one through.
+_SIGNING_KEY_ENV = "QUALIFY_SIGNING_KEY"
+# PEM armour in a value means key material, whatever the variable is called.
+_KEY_MATERIAL_MARKER = "-----BEGIN"
 
 _NVIDIA_SMI_FIELDS = ("name", "driver_version", "memory.total", "clocks.sm", "clocks.mem", "clocks.max.sm")
 _TOOL_TIMEOUT_S = 20
@@ -228,34 +233,66 @@ def _cpu() -> CpuInfo:
     return CpuInfo(model=model, logical_cores=os.cpu_count(), usable_cores=usable)
 
 
-def _is_secret_name(name: str) -> bool:
-    upper = name.upper()
-    return any(marker in upper for marker in _SECRET_MARKERS)
+@dataclass(frozen=True)
+class SigningSecrets:
+    """Values of the signing configuration that must not reach a report.
+
+    Paths match whole values only (a one-letter key path must not redact every value holding that
+    letter); lines of the key file's text match anywhere in a value.
+    """
+
+    paths: frozenset[str] = frozenset()
+    key_lines: tuple[str, ...] = ()
+
+    def held_by(self, value: str) -> bool:
+        return _KEY_MATERIAL_MARKER in value or value in self.paths or any(line in value for line in self.key_lines)
+
+    @classmethod
+    def of(cls, environ: Mapping[str, str], sign_key: str | os.PathLike[str] | None = None) -> SigningSecrets:
+        """The key path given to this run and `QUALIFY_SIGNING_KEY`'s, and the PEM body lines of those files."""
+        paths = {str(p) for p in (sign_key, environ.get(_SIGNING_KEY_ENV)) if p}
+        lines: list[str] = []
+        for p in paths:
+            try:
+                text = Path(p).read_text(encoding="utf-8", errors="replace") if Path(p).is_file() else ""
+            except OSError:
+                continue
+            # Armour lines are public boilerplate; the base64 body lines are the secret.
+            lines += [ln.strip() for ln in text.splitlines() if len(ln.strip()) >= 16 and "-----" not in ln]
+        return cls(frozenset(paths), tuple(lines))
 
 
-def filter_environment(environ: Mapping[str, str]) -> dict[str, str]:
-    """The allowlisted variables of `environ`, minus any whose name looks like it holds a secret."""
+def filter_environment(environ: Mapping[str, str], secrets: SigningSecrets | None = None) -> dict[str, str]:
+    """The allowlisted variables of `environ`, minus any whose name looks like it holds a secret and any
+    whose value holds PEM key material or a value of the signing configuration (`secrets`)."""
+    secrets = secrets or SigningSecrets()
     return {
         name: value
         for name, value in sorted(environ.items())
-        if (name in _ENV_ALLOWLIST or name.startswith(_ENV_ALLOWED_PREFIX)) and not _is_secret_name(name)
+        if (name in _ENV_ALLOWLIST or name.startswith(_ENV_ALLOWED_PREFIX))
+        and not is_secret_name(name)
+        and not secrets.held_by(value)
     }
 
 
-def redact_argv(argv: Sequence[str]) -> list[str]:
-    """`argv` with the values of secret-looking options (`--hf-token X`, `--api-key=X`) redacted."""
+def redact_argv(argv: Sequence[str], secrets: SigningSecrets | None = None) -> list[str]:
+    """`argv` with the values of secret-looking options (`--hf-token X`, `--api-key=X`) redacted, and any
+    argument that holds a value of the signing configuration (the key path given positionally, say)."""
+    secrets = secrets or SigningSecrets()
     out: list[str] = []
     redact_next = False
     for arg in argv:
         if redact_next:
             out.append(_REDACTED)
             redact_next = False
-        elif arg.startswith("-") and _is_secret_name(arg.partition("=")[0]):
+        elif arg.startswith("-") and is_secret_name(arg.partition("=")[0]):
             if "=" in arg:
                 out.append(f"{arg.partition('=')[0]}={_REDACTED}")
             else:
                 out.append(arg)
                 redact_next = True
+        elif secrets.held_by(arg):
+            out.append(_REDACTED)
         else:
             out.append(arg)
     return out
@@ -275,10 +312,17 @@ def collect_provenance(
     finished_at: datetime,
     *,
     environ: Mapping[str, str] | None = None,
+    sign_key: str | os.PathLike[str] | None = None,
 ) -> Provenance:
-    """Describe the run; `environ` defaults to the process environment. Never fails for a missing tool."""
+    """Describe the run; `environ` defaults to the process environment. Never fails for a missing tool.
+
+    `sign_key` is the private key file signing this run: neither its path (nor `QUALIFY_SIGNING_KEY`'s)
+    nor any line of its contents is recorded, under whatever name or argument it appears.
+    """
+    environ = os.environ if environ is None else environ
+    secrets = SigningSecrets.of(environ, sign_key)
     return Provenance(
-        command_line=redact_argv(argv),
+        command_line=redact_argv(argv, secrets),
         started_at=_utc_iso(started_at),
         finished_at=_utc_iso(finished_at),
         duration_s=round((finished_at - started_at).total_seconds(), 3),
@@ -290,5 +334,5 @@ def collect_provenance(
         cpu=_cpu(),
         os=platform.platform(),
         hostname=socket.gethostname(),
-        environment=filter_environment(os.environ if environ is None else environ),
+        environment=filter_environment(environ, secrets),
     )

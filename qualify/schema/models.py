@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, ClassVar, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validator
 
 GATE_FILE_VERSION = 1
 
@@ -12,6 +12,7 @@ GATE_FILE_VERSION = 1
 Requirement = Literal["cpu", "cuda", "sm90", "triton", "flashinfer", "vllm", "lm_eval", "ncu"]
 
 GATE_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]*$"
+VARIABLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class StrictModel(BaseModel):
@@ -21,7 +22,43 @@ class StrictModel(BaseModel):
 
 
 class KindParams(StrictModel):
-    """Base of each gate kind's own fields (one subclass per kind, registered with its runner)."""
+    """Base of each gate kind's own fields (one subclass per kind, registered with its runner).
+
+    `threshold_fields` names (as a pydantic `exclude` spec, nested where needed) the fields that hold
+    thresholds. A report stores each threshold once, in the check that used it, so `report_parameters`
+    leaves them out of the item's `parameters`.
+    """
+
+    threshold_fields: ClassVar[dict[str, Any]] = {}
+
+    def report_parameters(self) -> dict[str, Any]:
+        """The fields as the report records them: JSON values, thresholds left to the checks."""
+        return self.model_dump(mode="json", exclude=self.threshold_fields)
+
+
+class MeasurementModel(BaseModel):
+    """Base of a gate kind's typed measurements (and of their parts), as written into the report.
+
+    Runners build one and the report stores its JSON dump. Reading tolerates fields it does not know (a
+    report written by an older version may carry fields since dropped), while the report schema generated
+    from the model admits none, so a new report cannot carry what the model does not declare.
+    """
+
+    model_config = ConfigDict(extra="ignore", frozen=True, json_schema_extra={"additionalProperties": False})
+
+    @classmethod
+    def written(cls, data: dict[str, Any]) -> Self:
+        """Validate what a runner is about to write: here an unknown field is an error, not ignored."""
+        return cls.model_validate(data, context={"written": True})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_unknown_fields_when_written(cls, data: Any, info: ValidationInfo) -> Any:
+        if isinstance(info.context, dict) and info.context.get("written") and isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise ValueError(f"{cls.__name__} has no fields {unknown}")
+        return data
 
 
 class Workload(StrictModel):
@@ -53,6 +90,8 @@ class GateFileModel(StrictModel):
     suite: str = Field(min_length=1)
     version: Literal[1]
     description: str | None = None
+    # Environment variables that `${NAME}` may expand (checked, secret names refused, in schema/interpolate.py).
+    variables: list[Annotated[str, Field(pattern=VARIABLE_NAME_PATTERN)]] = Field(default_factory=list)
     defaults: dict[str, Any] = Field(default_factory=dict)
     workloads: dict[str, Workload] = Field(default_factory=dict)
     gates: list[dict[str, Any]] = Field(min_length=1)

@@ -13,4 +13,7 @@ Two modes for one cartridge per engine (see `config.ServingConfig`):
 
 `plugin.register` is the ``vllm.general_plugins`` entry point. `config` (guards and engine arguments) imports
 no vLLM, so it is tested on CPU; the other modules import vLLM and run where it is installed.
+
+This package sits below `qualify.perf`: perf measures serving layouts and engines from here, and nothing here
+imports `qualify.perf`.
 """

@@ -1,27 +1,25 @@
 """End-to-end agreement of serving layouts in vLLM: greedy tokens and log-probabilities, one process per layout.
 
-    python -m qualify.serve.e2e generate --layout bf16-inject --out ref.json
-    python -m qualify.serve.e2e compare ref.json cand.json --tie-eps 0.1 [--logprob-tolerance 0.1]
+    qualify serve-agreement generate --layout bf16-inject --out ref.json
+    qualify serve-agreement compare ref.json cand.json --tie-eps 0.1 [--logprob-tolerance 0.1]
 
 `generate` builds the layout's engine on a small Qwen3 (fixtures/qwen3_small, seeded weights), sends a fixed
 set of prompts (the same question tokens for every layout; inject prepends the placeholder run) and writes
 greedy tokens with top-5 log-probabilities per position. The cartridge is random and seeded, identical for
-every layout. `compare` applies `qualify.serve.agreement` and exits 1 when the check fails.
+every layout. `compare` applies `qualify.serve.agreement` and exits 1 when the check fails. The command line
+(`qualify.cli`) only parses arguments; both commands are here.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
-import sys
 import tempfile
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from qualify.serve.agreement import generations_from_json, logprob_agreement, token_identity
-from qualify.serve.layouts import LAYOUTS, layout
+from qualify.serve.layouts import layout
 from qualify.serve.settings import EngineSettings
 
 SMALL = EngineSettings(
@@ -91,31 +89,8 @@ def compare(reference: Path, candidate: Path, *, tie_eps: float, logprob_toleran
     return result
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m qualify.serve.e2e")
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    g = sub.add_parser("generate")
-    g.add_argument("--layout", required=True, choices=sorted(LAYOUTS))
-    g.add_argument("--out", required=True, type=Path)
-    g.add_argument("--prompts", type=int, default=8)
-    g.add_argument("--question-len", type=int, default=48)
-    g.add_argument("--max-tokens", type=int, default=32)
-    g.add_argument("--cartridge-len", type=int, default=632)
-    g.add_argument("--seed", type=int, default=1234)
-    c = sub.add_parser("compare")
-    c.add_argument("reference", type=Path)
-    c.add_argument("candidate", type=Path)
-    c.add_argument("--tie-eps", type=float, default=0.1)
-    c.add_argument("--logprob-tolerance", type=float, default=None)
-    args = ap.parse_args(argv)
-    if args.cmd == "generate":
-        generate(args.layout, args.out, prompts=args.prompts, question_len=args.question_len,
-                 max_tokens=args.max_tokens, cartridge_len=args.cartridge_len, seed=args.seed)  # fmt: skip
-        return 0
-    result = compare(args.reference, args.candidate, tie_eps=args.tie_eps, logprob_tolerance=args.logprob_tolerance)
+def compare_command(reference: Path, candidate: Path, *, tie_eps: float, logprob_tolerance: float | None) -> int:
+    """`qualify serve-agreement compare`: print the comparison as JSON; 0 when the check passes, else 1."""
+    result = compare(reference, candidate, tie_eps=tie_eps, logprob_tolerance=logprob_tolerance)
     print(json.dumps(result, indent=1))
     return 0 if result["passed"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

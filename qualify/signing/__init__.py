@@ -17,7 +17,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from qualify.errors import SigningError
 from qualify.hashing import sha256_file
 from qualify.signing import dsse
-from qualify.signing._json import canonical_json
+from qualify.signing._json import TooLarge, canonical_json, read_bounded
 from qualify.signing.dsse import VerifiedStatement
 from qualify.signing.intoto import Subject, build_statement
 from qualify.signing.keys import load_public_key
@@ -53,7 +53,9 @@ def sign_report(
 
 def _read(path: Path, what: str) -> bytes:
     try:
-        return path.read_bytes()
+        return read_bounded(path)
+    except TooLarge as e:
+        raise SigningError(f"{path}: {what} is {e}") from e
     except FileNotFoundError as e:
         raise SigningError(f"{path}: {what} not found") from e
     except OSError as e:

@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from qualify.errors import SigningError
-from qualify.signing._json import canonical_json, describe, strict_loads
+from qualify.signing._json import MAX_ENVELOPE_BYTES, TooLarge, canonical_json, describe, strict_loads
 from qualify.signing.intoto import Statement
 from qualify.signing.keys import key_id
 
@@ -97,8 +97,12 @@ def sign(payload: bytes, private_key: Ed25519PrivateKey) -> Envelope:
 
 
 def _parse_envelope(envelope_bytes: bytes) -> Envelope:
+    if len(envelope_bytes) > MAX_ENVELOPE_BYTES:
+        raise SigningError(f"envelope is larger than the {MAX_ENVELOPE_BYTES >> 20} MiB limit")
     try:
         raw = strict_loads(envelope_bytes)
+    except TooLarge as e:
+        raise SigningError(f"envelope is {e}") from e
     except ValueError as e:
         raise SigningError(f"envelope is {e} (truncated, or not a DSSE envelope file?)") from e
     try:

@@ -80,13 +80,20 @@ def generate_keypair(out_dir: str | os.PathLike[str]) -> KeyPaths:
     return paths
 
 
+# An Ed25519 PEM is about 120 bytes; anything near this size is not a key, and reading it must stay cheap.
+_MAX_PEM_BYTES = 64 << 10
+
+
 def _read_pem(path: Path, what: str) -> bytes:
     try:
-        data = path.read_bytes()
+        with path.open("rb") as fh:
+            data = fh.read(_MAX_PEM_BYTES + 1)
     except FileNotFoundError as e:
         raise SigningError(f"{path}: {what} file not found") from e
     except OSError as e:
         raise SigningError(f"{path}: cannot read {what}: {e.strerror or e}") from e
+    if len(data) > _MAX_PEM_BYTES:
+        raise SigningError(f"{path}: {what} file is larger than {_MAX_PEM_BYTES >> 10} KiB; not a PEM key")
     if b"-----BEGIN " not in data:
         raise SigningError(f"{path}: not a PEM file (expected a '-----BEGIN ...' block)")
     return data

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from _seeding import seeded_rng
 
 pytest.importorskip("lm_eval")
 
@@ -18,7 +19,7 @@ LETTERS = ["A", "B", "C", "D"]
 
 
 def _docs(n: int) -> list[dict[str, Any]]:
-    rng = np.random.default_rng()
+    rng = seeded_rng()
     return [
         {"context": " ".join(f"w{i}" for i in rng.integers(0, 40, size=8)) + " Answer:", "label": 0} for _ in range(n)
     ]
@@ -75,11 +76,11 @@ def test_zeroed_values_fail_the_floor_and_k16v16_passes(tiny_lm) -> None:  # typ
     assert broken.score < 0.9
     for decision in ("point", "ci_lower"):
         rule = FloorRule(floors=(0.99, 0.999), decision=decision, n_resamples=500, allow_underpowered=True)
-        bad = evaluate_floor(reference.correct, broken.correct, rule, np.random.default_rng(), label="tiny V=0")
+        bad = evaluate_floor(reference.correct, broken.correct, rule, seeded_rng(), label="tiny V=0")
         assert not any(c.passed for c in bad.checks)
         assert bad.measurements["discordant"]["ref_only"] == int((~broken.correct).sum())
         assert bad.measurements["mcnemar_p"] < 0.05
-        good = evaluate_floor(reference.correct, same.correct, rule, np.random.default_rng(), label="tiny K16/V16")
+        good = evaluate_floor(reference.correct, same.correct, rule, seeded_rng(), label="tiny K16/V16")
         assert all(c.passed for c in good.checks)
         assert good.measurements["discordant"] == {"ref_only": 0, "cand_only": 0}
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from qualify.compile import GateFileErrors, compile_gate_file
-from qualify.kinds.accuracy_floor import AccuracyFloorParams
+from qualify.kinds.accuracy_floor.params import AccuracyFloorParams
 from qualify.registry import default_registry
 
 GATE = """\
@@ -38,7 +38,7 @@ def _write(tmp_path: Path, **fields: object) -> Path:
 
 def test_lint_rejects_an_underpowered_floor(tmp_path: Path) -> None:
     with pytest.raises(GateFileErrors) as info:
-        compile_gate_file(_write(tmp_path), default_registry(include_plugins=False))
+        compile_gate_file(_write(tmp_path), default_registry())
     text = info.value.diagnostics()
     assert "finer than the gate can resolve" in text
     assert "allow_underpowered" in text
@@ -47,7 +47,7 @@ def test_lint_rejects_an_underpowered_floor(tmp_path: Path) -> None:
 
 def test_allow_underpowered_turns_the_error_into_a_smoke_gate(tmp_path: Path) -> None:
     extra = textwrap.indent("allow_underpowered: true", "    ")
-    compiled = compile_gate_file(_write(tmp_path, extra=extra), default_registry(include_plugins=False))
+    compiled = compile_gate_file(_write(tmp_path, extra=extra), default_registry())
     assert [i.name for i in compiled.items] == ["acc[mmlu-K16/V8]", "acc[mmlu-K8/V8]"]
     params = compiled.items[0].params
     assert isinstance(params, AccuracyFloorParams)
@@ -58,17 +58,17 @@ def test_a_powered_floor_needs_no_waiver(tmp_path: Path) -> None:
     # Full MMLU with a discordance measured in a pilot run resolves a 1 % floor on a 77 % model.
     extra = textwrap.indent("assumed_discordance: 0.02", "    ")
     path = _write(tmp_path, n="null", p=0.77, extra=extra)
-    assert len(compile_gate_file(path, default_registry(include_plugins=False)).items) == 2
+    assert len(compile_gate_file(path, default_registry()).items) == 2
 
 
 def test_vllm_backend_refuses_mixed_layouts(tmp_path: Path) -> None:
     extra = textwrap.indent("allow_underpowered: true\nbackend: vllm", "    ")
     with pytest.raises(GateFileErrors, match="kv_cache_dtype sets K and V together"):
-        compile_gate_file(_write(tmp_path, extra=extra), default_registry(include_plugins=False))
+        compile_gate_file(_write(tmp_path, extra=extra), default_registry())
 
 
 def test_shipped_gate_file_lints(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
-    compiled = compile_gate_file(root / "gates" / "accuracy.yaml", default_registry(include_plugins=False))
+    compiled = compile_gate_file(root / "gates" / "accuracy.yaml", default_registry())
     names = {i.name for i in compiled.items}
     assert {"accuracy-smoke[mmlu-K8/V8]", "accuracy-smoke[gsm8k-K16/V8]"} <= names

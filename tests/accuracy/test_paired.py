@@ -4,6 +4,7 @@ import math
 
 import numpy as np
 import pytest
+from _seeding import seeded_rng
 
 from qualify.stats.paired import discordance, mcnemar_exact_p, score_ratio, score_ratio_ci
 
@@ -29,7 +30,7 @@ def test_mcnemar_known_values(b: int, c: int, expected: float) -> None:
 
 
 def test_mcnemar_matches_binomial_test_on_random_counts() -> None:
-    rng = np.random.default_rng()
+    rng = seeded_rng()
     for _ in range(25):
         b, c = (int(x) for x in rng.integers(0, 60, size=2))
         assert mcnemar_exact_p(b, c) == pytest.approx(_hand_mcnemar(b, c), rel=1e-9)
@@ -51,7 +52,7 @@ def test_mcnemar_stays_exact_for_thousands_of_discordant_items() -> None:
 
 
 def test_discordance_counts_match_a_plain_loop() -> None:
-    rng = np.random.default_rng()
+    rng = seeded_rng()
     ref = rng.random(500) < 0.6
     cand = np.where(rng.random(500) < 0.1, ~ref, ref)
     table = discordance(ref, cand)
@@ -70,7 +71,7 @@ def test_discordance_rejects_non_binary_or_unpaired_input() -> None:
 
 
 def test_ratio_ci_brackets_the_estimate_and_pairing_narrows_it() -> None:
-    rng = np.random.default_rng()
+    rng = seeded_rng()
     ref = rng.random(400) < 0.7
     flips = rng.random(400) < 0.03
     cand = np.where(flips, ~ref, ref)
@@ -84,7 +85,7 @@ def test_ratio_ci_brackets_the_estimate_and_pairing_narrows_it() -> None:
 
 
 def test_identical_outcomes_give_a_degenerate_ci_at_one() -> None:
-    ref = np.random.default_rng().random(50) < 0.5
+    ref = seeded_rng().random(50) < 0.5
     ref[0] = True
     ci = score_ratio_ci(ref, ref.copy(), np.random.default_rng(0), n_resamples=300)
     assert ci.estimate == ci.low == ci.high == 1.0
@@ -92,7 +93,7 @@ def test_identical_outcomes_give_a_degenerate_ci_at_one() -> None:
 
 def test_a_reference_with_nothing_right_has_ratio_one_and_finite_ci() -> None:
     ref = np.zeros(20, dtype=bool)
-    cand = np.random.default_rng().random(20) < 0.3
+    cand = seeded_rng().random(20) < 0.3
     assert score_ratio(ref, cand) == 1.0
     ci = score_ratio_ci(ref, cand, np.random.default_rng(0), n_resamples=300)
     assert (ci.low, ci.estimate, ci.high) == (1.0, 1.0, 1.0)

@@ -2,8 +2,8 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import pytest
+from _seeding import seeded_rng
 
 from qualify.stats.power import independent_discordance, min_resolvable_drop, power_statement
 
@@ -33,7 +33,7 @@ def test_declared_discordance_is_used_as_is() -> None:
 
 
 def test_drop_solves_the_defining_equation_on_random_inputs() -> None:
-    rng = np.random.default_rng()
+    rng = seeded_rng()
     nd = __import__("statistics").NormalDist()
     for _ in range(50):
         n = int(rng.integers(5, 50_000))

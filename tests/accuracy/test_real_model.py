@@ -36,21 +36,20 @@ gates:
 
 
 @pytest.mark.slow
-def test_smollm2_mmlu_cell_reports_scores_statistics_and_power(tmp_path: Path) -> None:
-    import numpy as np
+def test_smollm2_mmlu_cell_reports_scores_statistics_and_power(tmp_path: Path, test_seed: int) -> None:
 
     from qualify.compile import compile_gate_file
+    from qualify.context import RunContext
     from qualify.host import detect_host
+    from qualify.kinds.accuracy_floor.runner import run
     from qualify.registry import default_registry
-    from qualify.runners.accuracy_floor import run
-    from qualify.runners.context import RunContext
 
-    seed = int(np.random.default_rng().integers(0, 1000))
+    seed = test_seed % 1000
     path = tmp_path / "acc.yaml"
     path.write_text(GATE.replace("SEED", str(seed)))
-    (item,) = compile_gate_file(path, default_registry(include_plugins=False)).items
+    (item,) = compile_gate_file(path, default_registry()).items
     outcome = run(item, RunContext(host=detect_host(), seed=seed))
-    m = outcome.measurements
+    m = outcome.measurements.model_dump(mode="json")
     assert m["n"] == 6 and m["layout"] == "K8/V8" and m["underpowered"] and m["smoke"]
     assert 0.0 <= m["reference_score"] <= 1.0 and 0.0 <= m["score"] <= 1.0
     assert m["paired_table"]["both"] + m["paired_table"]["ref_only"] == round(6 * m["reference_score"])

@@ -23,7 +23,7 @@ from qualify.registry import default_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "fixtures" / "tiny_llama_vllm"
-SHIPPED = ROOT / "benchmarks" / "accuracy" / "accuracy_vllm.yaml"
+SHIPPED = ROOT / "gates" / "examples" / "accuracy_vllm.yaml"
 
 GATE = """\
 suite: test
@@ -63,7 +63,7 @@ def _gate(tmp_path: Path, extra: str = VLLM_EXTRA, layouts: str = "K16/V16, K8/V
 
 
 def _compile(path: Path) -> Any:
-    return compile_gate_file(path, default_registry(include_plugins=False))
+    return compile_gate_file(path, default_registry())
 
 
 def _lint_errors(tmp_path: Path, extra: str, layouts: str = "K16/V16, K8/V8") -> str:
@@ -298,9 +298,9 @@ def stub_vllm(_stub_vllm_module: Any) -> Any:
 
 
 def _run_all(path: Path, ctx: Any = None) -> tuple[list[Any], Any]:
+    from qualify.context import RunContext
     from qualify.host import detect_host
-    from qualify.runners.accuracy_floor import run
-    from qualify.runners.context import RunContext
+    from qualify.kinds.accuracy_floor.runner import run
 
     ctx = ctx or RunContext(host=detect_host(), seed=0)
     return [run(item, ctx) for item in _compile(path).items], ctx
@@ -319,8 +319,8 @@ def test_runner_serves_each_layout_from_its_own_engine(tmp_path: Path, stub_vllm
         assert kw["load_format"] == "dummy" and kw["enforce_eager"] is True and kw["gpu_memory_utilization"] == 0.3
         assert engine.prompts > 0
 
-    by_cell = {(o.measurements["layout"], o.measurements["task_id"]): o for o in outcomes}
-    k8 = by_cell[("K8/V8", "mmlu")].measurements
+    by_cell = {(o.measurements.layout, o.measurements.task_id): o for o in outcomes}
+    k8 = by_cell[("K8/V8", "mmlu")].measurements.model_dump(mode="json")
     assert k8["backend"] == "vllm" and k8["n"] == 3 and k8["reference_layout"] == "K16/V16"
     assert k8["vllm"]["K8/V8"]["kv_cache_dtype"] == "fp8_e4m3"
     assert k8["vllm"]["K8/V8"]["engine_cache_dtype"] == "fp8_e4m3"
@@ -330,14 +330,14 @@ def test_runner_serves_each_layout_from_its_own_engine(tmp_path: Path, stub_vllm
     # The stand-in's answers do not depend on the cache dtype, so both layouts score the same items the same.
     assert k8["paired_table"]["ref_only"] == k8["paired_table"]["cand_only"] == 0
     gsm8k = by_cell[("K8/V8", "gsm8k")]
-    assert gsm8k.measurements["n"] == 2 and gsm8k.measurements["metric"] == "exact_match,flexible-extract"
+    assert gsm8k.measurements.n == 2 and gsm8k.measurements.metric == "exact_match,flexible-extract"
     assert any("load_format dummy: random weights" in note for note in gsm8k.notes)
     assert any("K8/V8: kv_cache_dtype fp8_e4m3 (engine reports fp8_e4m3" in note for note in gsm8k.notes)
-    json.dumps([o.measurements for o in outcomes])  # the report can hold them
+    json.dumps([o.measurements.model_dump(mode="json") for o in outcomes])  # the report can hold them
 
 
 def test_runner_refuses_an_engine_that_ignored_the_layout(tmp_path: Path, stub_vllm: Any) -> None:
-    from qualify.runners.accuracy_floor import run
+    from qualify.kinds.accuracy_floor.runner import run
 
     stub_vllm.IGNORE_KV_CACHE_DTYPE = True
     path = _gate(tmp_path, layouts="K8/V8", n_mmlu=2)

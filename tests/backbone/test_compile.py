@@ -9,8 +9,6 @@ from qualify.compile import GateFileErrors, compile_gate_file, looks_like_gate_f
 from qualify.errors import GateFileError
 from qualify.registry import GateKindRegistry, default_registry
 
-pytestmark = pytest.mark.usefixtures("fake_kinds")
-
 
 def write(tmp_path: Path, text: str, name: str = "g.yaml") -> Path:
     p = tmp_path / name
@@ -19,7 +17,7 @@ def write(tmp_path: Path, text: str, name: str = "g.yaml") -> Path:
 
 
 def registry() -> GateKindRegistry:
-    return default_registry(include_plugins=False)
+    return default_registry()
 
 
 def errors_of(path: Path, env: dict[str, str] | None = None) -> str:
@@ -196,6 +194,7 @@ def test_interpolation_of_variables_and_defaults(tmp_path: Path) -> None:
         """
         suite: s
         version: 1
+        variables: [DATA, MISSING]
         gates:
           - {id: c, kind: compare, value: 1.0, limit: 2.0, file: "${DATA}/x-${MISSING:-fallback}.bin"}
           - {id: d, kind: compare, value: 1.0, limit: 2.0, file: "$${LITERAL}"}
@@ -205,6 +204,12 @@ def test_interpolation_of_variables_and_defaults(tmp_path: Path) -> None:
     assert c.params.file == "/data/x-fallback.bin"
     assert d.params.file == "${LITERAL}"
     assert "environment variable DATA is not set" in errors_of(p, env={"OTHER": "1"})
+    # Only declared variables expand; QUALIFY_VARS allows more from the runner's side.
+    gate = '  - {id: c, kind: compare, value: 1.0, limit: 2.0, file: "${DATA}"}\n'
+    undeclared = write(tmp_path, f"suite: s\nversion: 1\ngates:\n{gate}", "u.yaml")
+    assert f"{undeclared}:4:52: ${{DATA}}: variable DATA is not allowed" in errors_of(undeclared, env={"DATA": "/d"})
+    only_env = compile_gate_file(undeclared, registry(), env={"DATA": "/d", "QUALIFY_VARS": "X, DATA"})
+    assert only_env.items[0].params.file == "/d"
 
 
 def test_requirement_names_are_validated(tmp_path: Path) -> None:

@@ -11,9 +11,7 @@ import jsonschema
 import pytest
 
 from qualify.cli import main
-from qualify.report.build import SCHEMA_PATH
-
-pytestmark = pytest.mark.usefixtures("fake_kinds")
+from qualify.report.schema import SCHEMA_PATH
 
 
 def gate_file(tmp_path: Path, value: float, requires: str = "[cpu]", name: str = "gates.yaml") -> Path:

@@ -1,9 +1,10 @@
-"""The fused kernel under the Triton interpreter (CPU): indexing, paging, masking, packing and faults.
+"""The fused kernel on small shapes: indexing, paging, masking, packing and faults, in either execution mode.
 
-Numerics of the GPU build are covered by test_cartridge_attn_gpu.py; here every dot runs on fp32
-operands (the interpreter's bf16 dot is wrong), so these tests check *which* keys and values are
-combined, not the rounding of the matrix units. Shapes are tiny so that the file runs in about a minute
-on two cores.
+Under the Triton interpreter (hosts without CUDA) every dot runs on fp32 operands (the interpreter's bf16 dot
+is wrong), so there these tests check *which* keys and values are combined, not the rounding of the matrix
+units; compiled on an SM90 GPU (``pytest -m kernel``, ``nox -s gpu``) the same cases run with bf16 dots against
+the same fp32 reference and tolerances. Numerics on Qwen-sized shapes are in test_cartridge_attn_gpu.py.
+Shapes are tiny so that the file runs in about a minute on two cores under the interpreter.
 """
 
 from __future__ import annotations
@@ -11,21 +12,16 @@ from __future__ import annotations
 import pytest
 import torch
 from _cartridge_attn_check import assert_fault_caught, assert_matches, fault_problem, run_fused
-from cartridge_attn import api, decode_config, prefill_config, random_problem
+from cartridge_attn import decode_config, prefill_config, random_problem
 from cartridge_attn.faults import Fault
-
-pytestmark = pytest.mark.skipif(
-    not api.interpreter_usable(),
-    reason="needs TRITON_INTERPRET=1 set before triton's first import (hosts without CUDA; otherwise the"
-    " subprocess test runs this file)",
-)
-CPU = torch.device("cpu")
 
 
 @pytest.mark.parametrize("reqs", [1, 2, 4])
-def test_decode_packs_requests(reqs: int) -> None:
+def test_decode_packs_requests(reqs: int, kernel_device: torch.device) -> None:
     # Uneven live lengths (1 token, several pages, one partial page) in one packed program.
-    pr = random_problem([1] * 5, [1, 30, 8, 17, 3], num_qo_heads=8, num_kv_heads=2, cartridge_len=24, device=CPU)
+    pr = random_problem(
+        [1] * 5, [1, 30, 8, 17, 3], num_qo_heads=8, num_kv_heads=2, cartridge_len=24, device=kernel_device
+    )
     cfg = decode_config(4, 64, 5, 30, reqs=reqs, block_n=16 * reqs)
     o = run_fused(pr, mode="decode", config=cfg)
     assert o.attn.plan_info.grid == (-(-5 // reqs), 2)
@@ -40,20 +36,24 @@ def test_decode_packs_requests(reqs: int) -> None:
         ([6, 9], [6, 9], 16, 32),  # the suffix is the whole live sequence (fresh prefill)
     ],
 )
-def test_prefill_causal(q_lens: list[int], live_lens: list[int], block_m: int, block_n: int) -> None:
-    pr = random_problem(q_lens, live_lens, cartridge_len=16, device=CPU)
+def test_prefill_causal(
+    q_lens: list[int], live_lens: list[int], block_m: int, block_n: int, kernel_device: torch.device
+) -> None:
+    pr = random_problem(q_lens, live_lens, cartridge_len=16, device=kernel_device)
     o = run_fused(pr, mode="prefill", config=prefill_config(4, 64, block_m=block_m, block_n=block_n, num_warps=4))
     assert_matches(o)
 
 
-def test_prefill_not_causal_page16_group1() -> None:
-    pr = random_problem([4, 2], [20, 35], num_qo_heads=2, num_kv_heads=2, page_size=16, cartridge_len=32, device=CPU)
+def test_prefill_not_causal_page16_group1(kernel_device: torch.device) -> None:
+    pr = random_problem(
+        [4, 2], [20, 35], num_qo_heads=2, num_kv_heads=2, page_size=16, cartridge_len=32, device=kernel_device
+    )
     o = run_fused(pr, mode="prefill", causal=False, config=prefill_config(1, 64, block_m=16, block_n=16, num_warps=4))
     assert_matches(o)
 
 
-def test_decode_and_prefill_paths_agree() -> None:
-    pr = random_problem([1, 1, 1], [9, 2, 25], cartridge_len=8, device=CPU)
+def test_decode_and_prefill_paths_agree(kernel_device: torch.device) -> None:
+    pr = random_problem([1, 1, 1], [9, 2, 25], cartridge_len=8, device=kernel_device)
     dec = run_fused(pr, mode="decode", config=decode_config(4, 64, 3, 25, reqs=2, block_n=32))
     pre = run_fused(pr, mode="prefill", config=prefill_config(4, 64, block_m=16, block_n=16, num_warps=4))
     assert_matches(dec)
@@ -68,28 +68,36 @@ def test_decode_and_prefill_paths_agree() -> None:
         (torch.bfloat16, torch.float8_e4m3fn, False),  # V16 cartridge, FP8 live V with scale
     ],
 )
-def test_value_dtypes_and_layouts(cart_v: torch.dtype, live_v: torch.dtype, combined: bool) -> None:
+def test_value_dtypes_and_layouts(
+    cart_v: torch.dtype, live_v: torch.dtype, combined: bool, kernel_device: torch.device
+) -> None:
     pr = random_problem(
-        [2, 1], [11, 20], cartridge_v_dtype=cart_v, live_v_dtype=live_v, combined=combined, cartridge_len=16, device=CPU
+        [2, 1],
+        [11, 20],
+        cartridge_v_dtype=cart_v,
+        live_v_dtype=live_v,
+        combined=combined,
+        cartridge_len=16,
+        device=kernel_device,
     )
     assert_matches(run_fused(pr, config=prefill_config(4, 64, block_m=16, block_n=16, num_warps=4)))
 
 
-def test_fp16_head_dim_128() -> None:
-    pr = random_problem([1, 1], [9, 3], head_dim=128, dtype=torch.float16, cartridge_len=8, device=CPU)
+def test_fp16_head_dim_128(kernel_device: torch.device) -> None:
+    pr = random_problem([1, 1], [9, 3], head_dim=128, dtype=torch.float16, cartridge_len=8, device=kernel_device)
     assert_matches(run_fused(pr, config=decode_config(4, 128, 2, 9, reqs=2, block_n=32)))
 
 
 @pytest.mark.parametrize("fault", [f for f in Fault if f != Fault.NONE], ids=lambda f: f.name)
-def test_fault_variants_are_caught(fault: Fault) -> None:
-    pr = fault_problem(int(fault), CPU, cartridge_len=16)
+def test_fault_variants_are_caught(fault: Fault, kernel_device: torch.device) -> None:
+    pr = fault_problem(int(fault), kernel_device, cartridge_len=16)
     cfg = prefill_config(4, 64, block_m=16, block_n=16, num_warps=4)
     assert_matches(run_fused(pr, config=cfg))  # the same inputs pass with the production kernel
     assert_fault_caught(run_fused(pr, config=cfg, fault=int(fault)))
 
 
-def test_fault_set_at_plan_time() -> None:
-    pr = fault_problem(int(Fault.STALE_PAGE_INDEX), CPU, cartridge_len=16)
+def test_fault_set_at_plan_time(kernel_device: torch.device) -> None:
+    pr = fault_problem(int(Fault.STALE_PAGE_INDEX), kernel_device, cartridge_len=16)
     from cartridge_attn import CartridgeAttention
 
     attn = CartridgeAttention()

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -55,16 +54,11 @@ def random_items(gen: torch.Generator, n: int, min_len: int = 4, max_len: int = 
     return items
 
 
-def fresh_seed() -> int:
-    # From the OS, not torch's global RNG, which tiny_llama reseeds.
-    return secrets.randbits(31)
-
-
 @pytest.fixture
-def seed() -> int:
-    value = fresh_seed()
-    print(f"seed={value}")  # shown with a failure, to replay it
-    return value
+def seed(test_seed: int) -> int:
+    # The test's own seed (tests/conftest.py: fresh per session, printed with a failure, replayable), not
+    # torch's global RNG, which tiny_llama reseeds.
+    return test_seed
 
 
 @pytest.fixture

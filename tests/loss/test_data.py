@@ -5,7 +5,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import secrets
+import random
 from pathlib import Path
 from typing import Any
 
@@ -18,9 +18,9 @@ from qualify.loss.data import FORMAT_TAG, check_vocab, load_eval_set
 def _doc(n_items: int = 3) -> dict[str, Any]:
     items = []
     for i in range(n_items):
-        length = 3 + secrets.randbelow(10)
-        ids = [secrets.randbelow(1000) for _ in range(length)]
-        mask = [0] + [secrets.randbelow(2) for _ in range(length - 1)]
+        length = 3 + random.randrange(10)
+        ids = [random.randrange(1000) for _ in range(length)]
+        mask = [0] + [random.randrange(2) for _ in range(length - 1)]
         mask[-1] = 1
         items.append({"id": f"q{i}", "text": f"text {i}", "input_ids": ids, "answer_mask": mask})
     return {"format": FORMAT_TAG, "tokenizer": "HuggingFaceTB/SmolLM2-135M", "items": items}
@@ -110,7 +110,7 @@ def test_unreadable_and_invalid_json(tmp_path: Path) -> None:
 
 def test_vocab_check_names_the_token(tmp_path: Path) -> None:
     doc = _doc()
-    pos = secrets.randbelow(len(doc["items"][2]["input_ids"]))
+    pos = random.randrange(len(doc["items"][2]["input_ids"]))
     doc["items"][2]["input_ids"][pos] = 1000
     es = load_eval_set(_write(tmp_path, doc))  # the vocab is unknown at load time
     check_vocab(es.items, 1001, es.path)

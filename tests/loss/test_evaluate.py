@@ -11,8 +11,9 @@ from qualify.cartridge.types import Cartridge
 from qualify.errors import CartridgeError, DataError
 from qualify.loss.data import EvalItem
 from qualify.loss.evaluate import evaluate_layouts, evaluate_loss
+from qualify.quant.apply import apply_layout
 from qualify.quant.fp8 import Scaling
-from qualify.quant.layouts import ALL_LAYOUTS, Layout, apply_layout
+from qualify.quant.layouts import ALL_LAYOUTS, Layout
 
 
 def _one_forward_nll(model: LlamaForCausalLM, prefix: torch.Tensor, item: EvalItem) -> float:

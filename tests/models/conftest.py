@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 from pathlib import Path
 
 import pytest
@@ -14,8 +13,8 @@ WORDS = ["<unk>", "<s>", "</s>", "the", "cup", "world", "won", "by", "france", "
 
 
 @pytest.fixture
-def seed() -> int:
-    return secrets.randbits(31)
+def seed(test_seed: int) -> int:
+    return test_seed
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ the slow test in test_smollm2.py runs the real one."""
 from __future__ import annotations
 
 import json
-import secrets
+import random
 
 import pytest
 
@@ -23,7 +23,7 @@ def cache_dir(tmp_path, monkeypatch):
 @pytest.fixture
 def gguf(tmp_path):
     path = tmp_path / "m.gguf"
-    path.write_bytes(secrets.token_bytes(256))
+    path.write_bytes(random.randbytes(256))
     return path
 
 
@@ -54,7 +54,7 @@ def test_changed_gguf_gets_its_own_entry(cache_dir, gguf, monkeypatch):
     calls: list = []
     monkeypatch.setattr(gguf_cache, "_convert", fake_convert(calls))
     first = gguf_cache.converted_gguf(gguf)
-    gguf.write_bytes(secrets.token_bytes(256))
+    gguf.write_bytes(random.randbytes(256))
     second = gguf_cache.converted_gguf(gguf)
     assert second.directory != first.directory and len(calls) == 2
 

@@ -10,25 +10,26 @@ import json
 import sys
 
 from qualify.compile import compile_gate_file
+from qualify.context import RunContext
 from qualify.host import detect_host
+from qualify.kinds.kernel_numerics.runner import run
 from qualify.registry import default_registry
-from qualify.runners.context import RunContext
-from qualify.runners.kernel_numerics import run
 
 
 def main() -> None:
     gate_file, fault = sys.argv[1], int(sys.argv[2])
     ctx = RunContext(host=detect_host(), seed=0, options={"kernel_fault": fault})
-    for item in compile_gate_file(gate_file, default_registry(include_plugins=False), env={}).items:
+    for item in compile_gate_file(gate_file, default_registry(), env={}).items:
         outcome = run(item, ctx)
         failed = [c.name for c in outcome.checks if not c.passed]
+        measured = outcome.measurements.model_dump()
         print(
             json.dumps(
                 {
                     "item": item.name,
                     "passed": outcome.passed,
                     "failed": failed,
-                    **{k: outcome.measurements.get(k) for k in ("rel_l2", "max_abs_err", "nan_count", "violations")},
+                    **{k: measured[k] for k in ("rel_l2", "max_abs_err", "nan_count", "violations")},
                 }
             )
         )

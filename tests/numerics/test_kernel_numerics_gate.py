@@ -18,9 +18,9 @@ import torch
 
 from qualify.cli import main
 from qualify.compile import compile_gate_file
+from qualify.context import RunContext
 from qualify.host import detect_host
 from qualify.registry import default_registry
-from qualify.runners.context import RunContext
 
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
@@ -112,11 +112,11 @@ def _contract_items(tmp_path: Path) -> list:
             """
         )
     )
-    return compile_gate_file(gate, default_registry(include_plugins=False), env={}).items
+    return compile_gate_file(gate, default_registry(), env={}).items
 
 
 def test_contract_cells_pass_when_the_kernel_rejects(tmp_path: Path) -> None:
-    from qualify.runners.kernel_numerics import run
+    from qualify.kinds.kernel_numerics.runner import run
 
     ctx = RunContext(host=detect_host())
     for item in _contract_items(tmp_path):
@@ -130,7 +130,7 @@ def test_a_kernel_that_serves_unsupported_layouts_fails_the_contract(
     """A plan() without its validation (a silent fallback) must fail every contract cell."""
     import cartridge_attn
 
-    from qualify.runners.kernel_numerics import run
+    from qualify.kinds.kernel_numerics.runner import run
 
     def permissive_plan(self, *args, **kwargs):
         return None
@@ -147,7 +147,7 @@ def test_a_kernel_that_serves_unsupported_layouts_fails_the_contract(
 def test_reference_check_catches_a_wrong_mask(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import cartridge_attn
 
-    from qualify.runners.kernel_numerics import run
+    from qualify.kinds.kernel_numerics.runner import run
 
     gate = tmp_path / "ref.yaml"
     gate.write_text(
@@ -169,7 +169,7 @@ def test_reference_check_catches_a_wrong_mask(tmp_path: Path, monkeypatch: pytes
             """
         )
     )
-    (item,) = compile_gate_file(gate, default_registry(include_plugins=False), env={}).items
+    (item,) = compile_gate_file(gate, default_registry(), env={}).items
     ctx = RunContext(host=detect_host())
     assert run(item, ctx).passed
     real = cartridge_attn.reference_attention

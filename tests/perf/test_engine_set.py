@@ -10,10 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from qualify.perf import engine_set
+from qualify.perf import engine_set, engine_summary
 from qualify.perf.implementations import default_implementations
 from qualify.perf.spec import WorkRequest, WorkResult
-from qualify.serve import summary
 from qualify.serve.engine import BatchTiming
 from qualify.serve.layouts import LAYOUTS
 
@@ -35,10 +34,10 @@ class FakeEngine:
 
 
 @pytest.fixture
-def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, test_seed: int):
     monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.26.0"))
     engines: dict[str, FakeEngine] = {}
-    rng = random.Random()
+    rng = random.Random(test_seed)
 
     def build_llm(layout, cartridge, cartridge_len, settings, seed=0):
         assert Path(cartridge).exists()
@@ -95,13 +94,13 @@ def test_shared_prompts_carry_only_the_question(fake_vllm) -> None:
 def test_summary_table_has_deltas_against_both_references(fake_vllm, tmp_path: Path) -> None:
     for name in ("bf16-inject", "global-fp8", "shared-k16v8", "shared-k16v8-live-fp8"):
         engine_set.measure(_request(name))
-    rows = summary.summarize(summary.load_runs(tmp_path / "runs"))
+    rows = engine_summary.summarize(engine_summary.load_runs(tmp_path / "runs"))
     shared = next(r for r in rows if r["layout"] == "shared-k16v8" and r["batch"] == 4)
     assert shared["tok_s_vs_bf16-inject"]["ratio"] == pytest.approx(2.0, rel=0.03)
     assert shared["ttft_p50_vs_global-fp8"]["ratio"] == pytest.approx(0.5, rel=0.03)
     inject = next(r for r in rows if r["layout"] == "bf16-inject")
     assert "tok_s_vs_bf16-inject" not in inject
-    table = summary.render(rows)
+    table = engine_summary.render(rows)
     assert table.count("\n") == 1 + len(rows)
     assert shared["requests_that_fit"] == 800 // (5 + 3)
     json.dumps(rows)

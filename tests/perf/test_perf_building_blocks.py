@@ -12,6 +12,7 @@ from qualify.perf.implementations import (
     ImplementationRegistry,
     ImplementationSet,
     default_implementations,
+    load_ref,
 )
 from qualify.perf.ncu import parse_csv, range_name
 
@@ -43,27 +44,35 @@ def test_registry_lists_choices_on_a_miss_and_refuses_collisions() -> None:
         )
 
 
-def test_every_kernel_implementation_has_a_bytes_layout() -> None:
-    assert set(KERNEL_SET.names()) == set(bm.LAYOUTS)
+def _bytes(name: str) -> bm.Layout:
+    layout = KERNEL_SET.get(name).bytes
+    assert layout is not None
+    return layout
+
+
+def test_every_kernel_implementation_names_a_builder_that_exists_and_a_bytes_layout() -> None:
+    for impl in KERNEL_SET.implementations:
+        assert impl.bytes is not None, impl.name
+        assert impl.builder is not None and callable(load_ref(impl.builder)), impl.name
 
 
 def test_shared_cartridge_is_counted_once_and_injected_once_per_request() -> None:
-    shared = bm.LAYOUTS["fused-k16v16"]
-    injected = bm.LAYOUTS["flashinfer-inject-bf16"]
+    shared = _bytes("fused-k16v16")
+    injected = _bytes("flashinfer-inject-bf16")
     cart = 632 * 8 * 128 * 4
     one = bm.attention_bytes(shared, SHAPE, 1, 1, 144)
     assert bm.attention_bytes(injected, SHAPE, 1, 1, 144) == one
     assert bm.attention_bytes(injected, SHAPE, 64, 1, 144) - bm.attention_bytes(shared, SHAPE, 64, 1, 144) == 63 * cart
     # FP8 V saves a quarter of the shared cartridge's bytes.
-    v8 = bm.attention_bytes(bm.LAYOUTS["fused-k16v8"], SHAPE, 16, 1, 144)
+    v8 = bm.attention_bytes(_bytes("fused-k16v8"), SHAPE, 16, 1, 144)
     assert bm.attention_bytes(shared, SHAPE, 16, 1, 144) - v8 == cart // 4
     assert bm.decode_step_bytes(shared, SHAPE, 36, 16, 144) == 36 * bm.attention_bytes(shared, SHAPE, 16, 1, 144)
 
 
 def test_ttft_counts_the_cartridge_copy_only_for_injection() -> None:
-    assert bm.cartridge_copy_bytes(bm.LAYOUTS["fused-k16v8"], SHAPE, 64) == 0
-    assert bm.cartridge_copy_bytes(bm.LAYOUTS["flashinfer-cascade-bf16"], SHAPE, 64) == 0
-    assert bm.cartridge_copy_bytes(bm.LAYOUTS["flashinfer-inject-bf16"], SHAPE, 64) == 65 * 632 * 8 * 128 * 4
+    assert bm.cartridge_copy_bytes(_bytes("fused-k16v8"), SHAPE, 64) == 0
+    assert bm.cartridge_copy_bytes(_bytes("flashinfer-cascade-bf16"), SHAPE, 64) == 0
+    assert bm.cartridge_copy_bytes(_bytes("flashinfer-inject-bf16"), SHAPE, 64) == 65 * 632 * 8 * 128 * 4
     assert bm.pct_of_peak(4_000, 1.0, 8_000.0) == 50.0
     assert bm.pct_of_peak(4_000, 1.0, None) is None
 

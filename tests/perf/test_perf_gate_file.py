@@ -12,12 +12,12 @@ from qualify.cli import main
 from qualify.compile import compile_gate_file
 from qualify.errors import GateFileError
 from qualify.host import detect_host
-from qualify.kinds.perf_nonregression import PerfNonRegressionParams
+from qualify.kinds.perf_nonregression.params import PerfNonRegressionParams
 from qualify.registry import default_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 GATE = ROOT / "gates" / "perf.yaml"
-SLOWED = ROOT / "benchmarks" / "perf" / "perf_slowed.yaml"
+SLOWED = ROOT / "gates" / "gpu" / "perf_slowed.yaml"
 
 BASE = """
 suite: perf-lint

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 from qualify.compile import GateFile, GateItem
+from qualify.context import RunContext
 from qualify.errors import QualifyError, SourceLocation
 from qualify.host import HostCapabilities
-from qualify.kinds.perf_nonregression import PerfNonRegressionParams
+from qualify.kinds.perf_nonregression.measurements import PerSide
+from qualify.kinds.perf_nonregression.params import PerfNonRegressionParams
+from qualify.kinds.perf_nonregression.runner import REGISTRY_OPTION, run
 from qualify.perf.implementations import Implementation, ImplementationRegistry, ImplementationSet
-from qualify.runners.context import RunContext
-from qualify.runners.perf_nonregression import REGISTRY_OPTION, run
 from qualify.signing import sign_report
 from qualify.signing.keys import generate_keypair, load_private_key
 
@@ -77,7 +78,7 @@ def test_processes_per_implementation_serve_every_cell_interleaved(tmp_path: Pat
     # 3 fresh processes per implementation (the default), candidate and baseline alternating, shared by all items.
     started = [(w.split()[0], w.split()[-1]) for w in workers(log)]
     assert started == [("fast", "p0"), ("slow", "p0"), ("fast", "p1"), ("slow", "p1"), ("fast", "p2"), ("slow", "p2")]
-    m = outcomes[0].measurements
+    m = outcomes[0].measurements.model_dump(mode="json")
     assert m["candidate"] == "fast" and m["baseline"] == "slow" and m["metric"] == "decode_tokens_per_s"
     assert m["processes"] == {"candidate": 3, "baseline": 3}
     groups = m["candidate_process_samples"]
@@ -92,7 +93,7 @@ def test_processes_per_implementation_serve_every_cell_interleaved(tmp_path: Pat
     assert m["ci_method"] == "process-t" and m["ci_fallback"] is None and 2.0 <= m["ci_df"] <= 4.0
     assert check.n == 3
     assert m["bytes_moved"] == {"candidate": 1000, "baseline": 1000}
-    assert outcomes[2].measurements["direction"] == "lower" and outcomes[2].checks[0].operator == "<="
+    assert outcomes[2].measurements.direction == "lower" and outcomes[2].checks[0].operator == "<="
     assert outcomes[0].tables and outcomes[0].tables[0].rows[0][0] == "decode_tokens_per_s"
 
 
@@ -101,20 +102,20 @@ def test_slowed_candidate_is_flagged_as_a_regression(tmp_path: Path, log: Path) 
     slowed = {"candidate": "fast", "baseline": "fast", "candidate_options": {"redundant_launches": 2}}
     tok = run(item(tmp_path, **slowed), c)
     ttft = run(item(tmp_path, metric="ttft_proxy_ms", **slowed), c)
-    assert not tok.passed and tok.checks[0].outcome == "fail" and tok.measurements["ratio"] < 0.6
-    assert not ttft.passed and ttft.checks[0].outcome == "fail" and ttft.measurements["ratio"] > 1.8
-    assert tok.measurements["candidate"] == "fast[redundant_launches=2]"
+    assert not tok.passed and tok.checks[0].outcome == "fail" and tok.measurements.ratio < 0.6
+    assert not ttft.passed and ttft.checks[0].outcome == "fail" and ttft.measurements.ratio > 1.8
+    assert tok.measurements.candidate == "fast[redundant_launches=2]"
     assert len(workers(log)) == 6  # the slowed and the plain candidate are different processes, 3 each
 
 
 def test_noise_is_inconclusive_and_fails_under_strict(tmp_path: Path, log: Path) -> None:
     noisy = {"candidate": "same-a", "baseline": "same-b", "timing": {"repetitions": 25}}
     plain = run(item(tmp_path, **noisy), ctx())
-    assert plain.measurements["decision"] == "inconclusive"
+    assert plain.measurements.decision == "inconclusive"
     assert plain.checks[0].outcome == "inconclusive" and not plain.passed
     assert any("inconclusive" in n for n in plain.notes)
     strict = run(item(tmp_path, **noisy), ctx(strict=True))
-    assert strict.measurements["decision"] == "inconclusive" and strict.checks[0].outcome == "fail"
+    assert strict.measurements.decision == "inconclusive" and strict.checks[0].outcome == "fail"
 
 
 def test_a_failing_worker_is_reported_with_its_output_and_started_once(tmp_path: Path, log: Path) -> None:
@@ -134,15 +135,15 @@ def test_a_failing_worker_is_reported_with_its_output_and_started_once(tmp_path:
 def test_the_process_count_is_the_gates_and_processes_are_shared_across_gates(tmp_path: Path, log: Path) -> None:
     c = ctx()
     two = run(item(tmp_path, timing={"repetitions": 6, "processes": 2}), c)
-    assert two.measurements["processes"] == {"candidate": 2, "baseline": 2}
+    assert two.measurements.processes == PerSide(candidate=2, baseline=2)
     assert "2 processes x 6 repetitions" in two.checks[0].statistic
     assert len(workers(log)) == 4
     # Another gate with the same measurement and 4 processes reuses processes 0 and 1 and starts 2 and 3.
     four = run(item(tmp_path, timing={"repetitions": 6, "processes": 4}, thresholds={"decode_tokens_per_s": 1.2}), c)
-    assert four.measurements["processes"] == {"candidate": 4, "baseline": 4}
+    assert four.measurements.processes == PerSide(candidate=4, baseline=4)
     assert [w.split()[-1] for w in workers(log)[4:]] == ["p2", "p2", "p3", "p3"]
-    assert four.measurements["candidate_process_samples"][:2] == two.measurements["candidate_process_samples"]
-    assert four.measurements["baseline_process_samples"][:2] == two.measurements["baseline_process_samples"]
+    assert four.measurements.candidate_process_samples[:2] == two.measurements.candidate_process_samples
+    assert four.measurements.baseline_process_samples[:2] == two.measurements.baseline_process_samples
 
 
 def test_the_two_level_bootstrap_is_selectable_and_reuses_the_same_processes(tmp_path: Path, log: Path) -> None:
@@ -150,10 +151,10 @@ def test_the_two_level_bootstrap_is_selectable_and_reuses_the_same_processes(tmp
     t = run(item(tmp_path), c)
     boot = run(item(tmp_path, timing={"repetitions": 7, "ci_method": "two-level-bootstrap"}), c)
     assert len(workers(log)) == 6  # the CI method is statistics only: the same 3 + 3 processes serve both
-    assert t.measurements["candidate_process_samples"] == boot.measurements["candidate_process_samples"]
-    assert boot.measurements["ci_method"] == "two-level-bootstrap" and boot.measurements["ci_df"] is None
+    assert t.measurements.candidate_process_samples == boot.measurements.candidate_process_samples
+    assert boot.measurements.ci_method == "two-level-bootstrap" and boot.measurements.ci_df is None
     assert "percentile two-level bootstrap over 3 processes x 7 repetitions per side" in boot.checks[0].statistic
-    assert boot.passed and t.passed and boot.measurements["ratio"] == t.measurements["ratio"]
+    assert boot.passed and t.passed and boot.measurements.ratio == t.measurements.ratio
     with pytest.raises(ValueError, match="ci_method"):
         item(tmp_path, timing={"ci_method": "bca"})
 
@@ -161,12 +162,12 @@ def test_the_two_level_bootstrap_is_selectable_and_reuses_the_same_processes(tmp
 def test_one_process_falls_back_to_the_flat_bootstrap_and_says_so(tmp_path: Path, log: Path) -> None:
     out = run(item(tmp_path, timing={"repetitions": 7, "processes": 1}), ctx())
     assert [w.split()[0] for w in workers(log)] == ["fast", "slow"]
-    assert out.measurements["processes"] == {"candidate": 1, "baseline": 1} and out.checks[0].n == 7
+    assert out.measurements.processes == PerSide(candidate=1, baseline=1) and out.checks[0].n == 7
     assert "flat bootstrap over the repetitions of one process per side" in out.checks[0].statistic
     assert "process-t not used: one process per side" in out.checks[0].statistic
-    assert out.measurements["ci_method"] == "flat-bootstrap" and out.measurements["ci_method_requested"] == "process-t"
+    assert out.measurements.ci_method == "flat-bootstrap" and out.measurements.ci_method_requested == "process-t"
     assert any("timing.processes is 1" in n and "t interval needs 2 or more" in n for n in out.notes)
-    assert out.measurements["baseline_source"] == "measured in this run (1 fresh process)"
+    assert out.measurements.baseline_source == "measured in this run (1 fresh process)"
 
 
 def test_zero_processes_are_refused_with_the_reason(tmp_path: Path) -> None:
@@ -177,7 +178,12 @@ def test_zero_processes_are_refused_with_the_reason(tmp_path: Path) -> None:
 # -- release baseline -----------------------------------------------------------------------------------
 def signed_release(tmp_path: Path, c: RunContext, cells: list[GateItem]) -> tuple[Path, Path]:
     items = [
-        {"name": it.name, "kind": "perf_nonregression", "status": "passed", "measurements": run(it, c).measurements}
+        {
+            "name": it.name,
+            "kind": "perf_nonregression",
+            "status": "passed",
+            "measurements": run(it, c).measurements.model_dump(mode="json"),
+        }
         for it in cells
     ]
     keys = generate_keypair(tmp_path / "keys")
@@ -196,8 +202,8 @@ def test_release_baseline_passes_unchanged_and_flags_a_slowed_candidate(
     release = {"baseline": "release", "thresholds": {"decode_tokens_per_s": 0.97, "ttft_proxy_ms": 1.03}}
     now = ctx(baseline=envelope)
     same = run(item(tmp_path, **release), now)
-    assert same.passed and same.measurements["baseline"] == "release:fast"
-    assert same.measurements["baseline_source"] == str(envelope)
+    assert same.passed and same.measurements.baseline == "release:fast"
+    assert same.measurements.baseline_source == str(envelope)
     ttft = run(item(tmp_path, metric="ttft_proxy_ms", **release), now)
     assert ttft.passed
     # A slowed build has no cell in the release report (other options): refused, not compared with another.
@@ -210,7 +216,7 @@ def test_a_release_report_without_process_samples_is_read_as_one_process(
 ) -> None:
     c = ctx()
     cell = item(tmp_path)
-    measured = run(cell, c).measurements
+    measured = run(cell, c).measurements.model_dump(mode="json")
     # What a report written before processes were recorded holds: the pooled samples of one process only.
     legacy = {k: v for k, v in measured.items() if not k.endswith("_process_samples") and k != "processes"}
     legacy["candidate_samples"] = measured["candidate_process_samples"][0]
@@ -222,13 +228,13 @@ def test_a_release_report_without_process_samples_is_read_as_one_process(
     monkeypatch.setenv("QUALIFY_BASELINE_PUBLIC_KEY", str(keys.public))
     c.baseline = path
     out = run(item(tmp_path, baseline="release", thresholds={"decode_tokens_per_s": 0.97}), c)
-    assert out.measurements["processes"] == {"candidate": 3, "baseline": 1}
-    assert out.measurements["baseline_process_samples"] == [legacy["candidate_samples"]]
+    assert out.measurements.processes == PerSide(candidate=3, baseline=1)
+    assert out.measurements.baseline_process_samples == [legacy["candidate_samples"]]
     statistic = out.checks[0].statistic
     assert "two-level bootstrap over 3 processes x 7 repetitions (fast) and 1 process x 7 repetitions" in statistic
     assert "release:fast has one process, so its process-to-process variation is not in this CI" in statistic
     assert "process-t not used: the baseline has one process" in statistic
-    assert out.measurements["ci_method"] == "two-level-bootstrap"
+    assert out.measurements.ci_method == "two-level-bootstrap"
     assert any(n.startswith("ci_method process-t not used: the baseline has one process") for n in out.notes)
     assert any("records no per-process samples" in n for n in out.notes)
     assert out.passed  # the same build: the ratio is about 1
@@ -245,7 +251,7 @@ def test_release_slowdown_is_a_regression(tmp_path: Path, log: Path, monkeypatch
     now = RunContext(host=HostCapabilities(frozenset({"cpu"})), options={REGISTRY_OPTION: reg}, baseline=envelope)
     out = run(item(tmp_path, baseline="release", thresholds={"decode_tokens_per_s": 0.97}), now)
     assert not out.passed and out.checks[0].outcome == "fail"
-    assert out.measurements["ratio"] == pytest.approx(1 / 1.5, rel=0.05)
+    assert out.measurements.ratio == pytest.approx(1 / 1.5, rel=0.05)
 
 
 def test_release_baseline_is_verified_before_use(tmp_path: Path, log: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -1,4 +1,4 @@
-"""`python -m qualify.perf.summary`: the comparison table and the run-to-run check of two reports, on reports
+"""`qualify perf-summary`: the comparison table and the run-to-run check of two reports, on reports
 written by the process-level comparison and on one written before processes were recorded."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from _seeding import seeded_rng
 
+from qualify.kinds.perf_nonregression.summary import ci_label, main, run_to_run, table_rows
 from qualify.perf.compare import CellKey, Side, compare_cell
 from qualify.perf.metrics import metric
-from qualify.perf.summary import ci_label, main, run_to_run, table_rows
 
 TOK = metric("decode_tokens_per_s")
 
@@ -39,7 +40,7 @@ def report(items: dict[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 def test_run_to_run_reads_the_process_level_cis_and_flags_a_moved_ratio(tmp_path: Path) -> None:
-    rng = np.random.default_rng()
+    rng = seeded_rng()
     first = measured(rng, 1.5)
     same = dict(first)  # the same cell, the same numbers
     moved = dict(first, ratio=first["ci_high"] * 1.05)  # run 2's ratio outside run 1's CI
@@ -56,7 +57,7 @@ def test_run_to_run_reads_the_process_level_cis_and_flags_a_moved_ratio(tmp_path
 
 
 def test_the_table_shows_processes_x_repetitions_also_for_an_old_report() -> None:
-    m = measured(np.random.default_rng(), 1.5)
+    m = measured(seeded_rng(), 1.5)
     old = {k: v for k, v in m.items() if not k.endswith("_process_samples") and k != "processes"}
     old["candidate_samples"], old["baseline_samples"] = m["candidate_samples"][:5], m["baseline_samples"][:5]
     del old["ci_method"]

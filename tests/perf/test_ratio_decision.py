@@ -24,8 +24,8 @@ def samples(rng: np.random.Generator, centre: float, rel_noise: float, n: int = 
 
 
 @pytest.fixture
-def rng() -> np.random.Generator:
-    return np.random.default_rng()  # fresh every run
+def rng(test_seed: int) -> np.random.Generator:
+    return np.random.default_rng(test_seed)  # fresh every session, replayable (tests/conftest.py prints the seed)
 
 
 def test_clear_win_passes_and_clear_loss_fails(rng: np.random.Generator) -> None:
@@ -282,11 +282,14 @@ def test_each_drawn_process_contributes_its_own_number_of_repetitions() -> None:
 
 def test_one_process_per_side_is_the_flat_bootstrap(rng: np.random.Generator) -> None:
     c, b = samples(rng, 110.0, 0.03, 9), samples(rng, 100.0, 0.03, 9)
-    two = two_level_median_ratio_ci([c], [b], seed=5)
-    one = median_ratio_ci(c, b, seed=5)
+    two = two_level_median_ratio_ci([c], [b], seed=5, n_resamples=20_000)
+    one = median_ratio_ci(c, b, seed=5, n_resamples=20_000)
     assert two.ratio == one.ratio
     # The same resampling distribution, drawn with other random numbers: bounds agree to Monte Carlo error.
-    assert abs(two.low - one.low) < 0.15 * width(one) and abs(two.high - one.high) < 0.15 * width(one)
+    # The median of 9 resampled values is discrete, so a percentile bound jumps between neighbouring order
+    # statistics: at 2000 resamples and 0.15 widths this failed ~3 % of fresh draws. At 20000 resamples the
+    # largest gap in 6000 simulated draws was 0.31 widths (10000 resamples) and 0.27 (20000); 0.4 leaves margin.
+    assert abs(two.low - one.low) < 0.4 * width(one) and abs(two.high - one.high) < 0.4 * width(one)
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,9 @@ import pytest
 import torch
 
 from qualify.cartridge.types import Cartridge, ModelKVShape
+from qualify.quant.apply import apply_layout
 from qualify.quant.fp4 import e2m1_amax_scale, fake_quant_e2m1
-from qualify.quant.layouts import ALL_LAYOUTS, Layout, UnknownLayoutError, apply_layout
+from qualify.quant.layouts import ALL_LAYOUTS, Layout, UnknownLayoutError
 from qualify.quant.payload import payload_table
 
 

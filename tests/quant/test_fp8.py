@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import secrets
+import random
 
 import numpy as np
 import pytest
@@ -114,7 +114,7 @@ def test_nan_stays_nan_and_is_not_counted() -> None:
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_matches_reference_on_random_inputs(dtype: torch.dtype) -> None:
-    gen = torch.Generator().manual_seed(secrets.randbits(31))
+    gen = torch.Generator().manual_seed(random.getrandbits(31))
     x = _random_wide(20_000, gen).to(dtype)
     fq = fake_quant_e4m3(x)
     ref = _reference_quant(x.double().numpy())
@@ -124,14 +124,14 @@ def test_matches_reference_on_random_inputs(dtype: torch.dtype) -> None:
 
 
 def test_matches_torch_cast_inside_range() -> None:
-    x = _random_wide(20_000, torch.Generator().manual_seed(secrets.randbits(31)))
+    x = _random_wide(20_000, torch.Generator().manual_seed(random.getrandbits(31)))
     x = x.clamp(-E4M3_MAX, E4M3_MAX)
     via_torch = x.to(torch.float8_e4m3fn).to(torch.float32)
     assert torch.equal(fake_quant_e4m3(x).values, via_torch)
 
 
 def test_scale_divides_before_rounding() -> None:
-    gen = torch.Generator().manual_seed(secrets.randbits(31))
+    gen = torch.Generator().manual_seed(random.getrandbits(31))
     x = torch.randn(64, 4, 8, generator=gen) * 50
     scale = torch.tensor([0.5, 2.0, 0.125, 3.0]).view(1, 4, 1)
     fq = fake_quant_e4m3(x, scale)
@@ -143,7 +143,7 @@ def test_scale_divides_before_rounding() -> None:
 
 @pytest.mark.parametrize("scaling", [Scaling.PER_TENSOR, Scaling.PER_HEAD])
 def test_amax_scaling_never_saturates_and_keeps_the_max(scaling: Scaling) -> None:
-    gen = torch.Generator().manual_seed(secrets.randbits(31))
+    gen = torch.Generator().manual_seed(random.getrandbits(31))
     x = torch.randn(32, 3, 16, generator=gen) * torch.tensor([1e-3, 10.0, 5e4]).view(1, 3, 1)
     scale = amax_scale(x, scaling, head_dim=1)
     assert scale.numel() == (1 if scaling is Scaling.PER_TENSOR else 3)
@@ -156,7 +156,7 @@ def test_amax_scaling_never_saturates_and_keeps_the_max(scaling: Scaling) -> Non
 
 
 def test_per_head_scaling_is_finer_than_per_tensor_for_small_heads() -> None:
-    gen = torch.Generator().manual_seed(secrets.randbits(31))
+    gen = torch.Generator().manual_seed(random.getrandbits(31))
     x = torch.randn(64, 2, 16, generator=gen) * torch.tensor([1e-4, 1e4]).view(1, 2, 1)
     err = {}
     for scaling in (Scaling.PER_TENSOR, Scaling.PER_HEAD):

@@ -2,18 +2,19 @@
 
 from __future__ import annotations
 
-import secrets
+import random
 
 import pytest
 import torch
 
 from qualify.cartridge.types import Cartridge
+from qualify.quant.apply import apply_layout
 from qualify.quant.fp8 import Scaling, fake_quant_e4m3
-from qualify.quant.layouts import ALL_LAYOUTS, Layout, UnknownLayoutError, apply_layout
+from qualify.quant.layouts import ALL_LAYOUTS, Layout, UnknownLayoutError
 
 
 def _cartridge(layers: int = 3, tokens: int = 9, heads: int = 2, dim: int = 8, scale: float = 4.0) -> Cartridge:
-    gen = torch.Generator().manual_seed(secrets.randbits(31))
+    gen = torch.Generator().manual_seed(random.getrandbits(31))
     keys = tuple((torch.randn(tokens, heads, dim, generator=gen) * scale).bfloat16() for _ in range(layers))
     values = tuple((torch.randn(tokens, heads, dim, generator=gen) * scale).bfloat16() for _ in range(layers))
     return Cartridge(keys=keys, values=values, frozen_tokens=1, source="mem://test")

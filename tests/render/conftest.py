@@ -8,12 +8,9 @@ import pytest
 from _render_items import HOSTILE, synthetic_items, with_items
 from _render_signed import Signed
 
-import qualify.kinds
 from qualify.cli import main
 from qualify.signing import sign_report
 from qualify.signing.keys import load_private_key
-
-BACKBONE_TESTS = Path(__file__).parents[1] / "backbone"
 
 
 def _gate_file(folder: Path) -> Path:
@@ -47,17 +44,12 @@ def _gate_file(folder: Path) -> Path:
 
 @pytest.fixture(scope="session")
 def signed(tmp_path_factory: pytest.TempPathFactory) -> Signed:
-    """A real backbone run (test-only `compare` kind) plus synthetic items of the plotted kinds, signed."""
+    """A real backbone run (the plug-in test kind `compare`) plus synthetic items of the plotted kinds, signed."""
     folder = tmp_path_factory.mktemp("signed")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.syspath_prepend(str(BACKBONE_TESTS))
-        from _fake_kind import COMPARE
-
-        mp.setattr(qualify.kinds, "BUILTIN_KINDS", (*qualify.kinds.BUILTIN_KINDS, COMPARE))
-        assert main(["keygen", "--out", str(folder / "keys")]) == 0
-        assert main(["keygen", "--out", str(folder / "other")]) == 0
-        out = folder / "run"
-        assert main(["run", str(_gate_file(folder)), "--out", str(out), "--name", "base"]) == 0
+    assert main(["keygen", "--out", str(folder / "keys")]) == 0
+    assert main(["keygen", "--out", str(folder / "other")]) == 0
+    out = folder / "run"
+    assert main(["run", str(_gate_file(folder)), "--out", str(out), "--name", "base"]) == 0
     report = {**with_items(json.loads((out / "base.json").read_text()), synthetic_items()), "signed": True}
     report_bytes, envelope_bytes = sign_report(report, [], load_private_key(folder / "keys" / "signing-key.pem"))
     (folder / "report.json").write_bytes(report_bytes)

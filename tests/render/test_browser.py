@@ -9,7 +9,8 @@ from _chromium_cdp import PageResult, find_chromium, load_page
 from _png_decode import decode, ink_fraction
 from _render_signed import Signed
 
-from qualify.render import load_input, render_html
+from qualify.render.html import render_html
+from qualify.render.source import load_input
 
 CHROMIUM = find_chromium()
 pytestmark = pytest.mark.skipif(

@@ -11,8 +11,9 @@ from _render_items import HOSTILE
 from _render_signed import Signed
 
 from qualify.cli import main
-from qualify.render import load_input, render_html
-from qualify.render.plots import layout_class
+from qualify.kinds.loss_increase.render import layout_class
+from qualify.render.html import render_html
+from qualify.render.source import load_input
 from qualify.render.view import worst_status
 
 SECTIONS = ("verdict", "signature", "gates", "plots", "plot-loss", "plot-accuracy", "plot-perf", "plot-numerics",

@@ -9,9 +9,8 @@ from _render_items import HOSTILE, check, item, with_items
 from _render_signed import Signed
 
 from qualify.cli import main
-from qualify.render import load_input, render_markdown
-from qualify.render.markdown import STEP_SUMMARY_LIMIT
-from qualify.render.source import RenderInput
+from qualify.render.markdown import STEP_SUMMARY_LIMIT, render_markdown
+from qualify.render.source import RenderInput, load_input
 
 
 def test_summary_starts_with_verdict_and_signature(signed: Signed) -> None:

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 from _render_signed import Signed
 
-from qualify.render import RenderError, SignatureState, load_input, render_html, render_markdown
+from qualify.render.html import render_html
+from qualify.render.markdown import render_markdown
+from qualify.render.source import RenderError, SignatureState, load_input
 from qualify.signing.keys import key_id, load_public_key
 
 
@@ -79,7 +81,6 @@ def test_schema_violations_are_reported_not_fatal(signed: Signed, tmp_path: Path
         (b"not json", "not valid JSON"),
         (b"[1, 2]", "neither a DSSE envelope nor a report"),
         (b'{"hello": "world"}', "neither a DSSE envelope nor a cartridge-qualify/report report"),
-        (b'{"payloadType": "x", "payload": "bm90IGpzb24="}', "envelope payload is not valid JSON"),
     ],
 )
 def test_inputs_that_are_not_reports_are_refused(tmp_path: Path, content: bytes, message: str) -> None:
@@ -87,6 +88,22 @@ def test_inputs_that_are_not_reports_are_refused(tmp_path: Path, content: bytes,
     path.write_bytes(content)
     with pytest.raises(RenderError, match=message):
         load_input(path)
+
+
+@pytest.mark.parametrize(
+    ("payload", "message"),
+    [("bm90IGpzb24=", "envelope payload is not valid JSON"), ("not base64!", "envelope payload is not base64")],
+)
+def test_an_envelope_with_an_unreadable_payload_is_invalid_not_refused(
+    tmp_path: Path, payload: str, message: str
+) -> None:
+    # An envelope that cannot be read is an invalid envelope: its page says "do not sign off".
+    path = tmp_path / "input.dsse.json"
+    path.write_text(json.dumps({"payloadType": "x", "payload": payload, "signatures": []}))
+    src = load_input(path)
+    assert src.signature.state is SignatureState.INVALID
+    assert message in src.signature.detail
+    assert "INVALID" in render_html(src) and "INVALID" in render_markdown(src).splitlines()[0]
 
 
 def test_a_missing_key_is_a_usage_error_not_an_invalid_signature(signed: Signed, tmp_path: Path) -> None:

@@ -6,10 +6,11 @@ No vLLM here: EngineFacts are written by hand, the way engine_facts() would read
 from __future__ import annotations
 
 import copy
-import secrets
+import random
 from typing import Any
 
 import pytest
+from _seeding import derived_seed
 
 from qualify.errors import QualifyError
 from qualify.serve.config import (
@@ -228,7 +229,7 @@ def test_shared_block_size() -> None:
     assert shared_block_size(8) == 8
     assert shared_block_size(16) == 16
     for _ in range(20):
-        n = 8 * (secrets.randbelow(500) + 1)
+        n = 8 * (random.randrange(500) + 1)  # `random` is seeded per test (tests/conftest.py)
         assert shared_block_size(n) == (16 if n % 16 == 0 else 8)
     for bad in (20, 4, 1, 633, 644):
         with pytest.raises(CartridgeServingError, match=str(bad)):
@@ -269,7 +270,7 @@ BASE = {
 }
 
 
-@pytest.mark.parametrize("cartridge_len", [632, 640, 16 * (secrets.randbelow(60) + 1) + 8])
+@pytest.mark.parametrize("cartridge_len", [632, 640, 16 * (derived_seed(__name__) % 60 + 1) + 8])
 @pytest.mark.parametrize("architecture", sorted(SHARED_ARCHITECTURES))
 def test_engine_kwargs_shared_pass_check_engine(architecture: str, cartridge_len: int) -> None:
     cfg = config("shared", cartridge_len=cartridge_len, live_value_dtype="fp8_e4m3")
@@ -288,7 +289,7 @@ def test_engine_kwargs_shared_pass_check_engine(architecture: str, cartridge_len
 
 @pytest.mark.parametrize("architecture", ["Qwen3ForCausalLM", "MistralForCausalLM"])
 def test_engine_kwargs_inject_pass_check_engine(architecture: str) -> None:
-    cfg = config("inject", cartridge_len=20 + secrets.randbelow(600), placeholder_token_id=151643)
+    cfg = config("inject", cartridge_len=20 + random.randrange(600), placeholder_token_id=151643)
     base = copy.deepcopy(BASE)
     kw = engine_kwargs(cfg, architecture, **base)
     assert base == BASE
@@ -359,6 +360,6 @@ def test_checked_serving_runs_the_guards() -> None:
 
 def test_layer_order_sorts_by_layer_number_not_text() -> None:
     names = [f"model.layers.{i}.self_attn.attn" for i in (10, 2, 1, 0, 35)]
-    secrets.SystemRandom().shuffle(names)
+    random.shuffle(names)
     assert [layer_order(n)[0] for n in sorted(names, key=layer_order)] == [0, 1, 2, 10, 35]
     assert layer_order("lm_head")[0] > layer_order("model.layers.99.x")[0]

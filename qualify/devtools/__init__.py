@@ -1,0 +1,1 @@
+"""Tools for working on this code base (not used by gate runs)."""

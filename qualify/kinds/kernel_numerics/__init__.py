@@ -1,0 +1,23 @@
+"""Gate kind `kernel_numerics`: the fused cartridge kernel against an fp32 reference, and its contract.
+
+`params` (lint; the fields are the numerics cell, `qualify.numerics.cell`), `measurements`, `runner` (dispatches
+the `check:` mode to the `qualify.numerics` domain package; loaded only to run an item), `render` (the matrix
+grid). Registered by the entry point `kernel_numerics = "qualify.kinds.kernel_numerics:SPEC"`.
+"""
+
+from qualify.kinds.kernel_numerics.measurements import KernelNumericsMeasurements
+from qualify.kinds.kernel_numerics.params import KernelNumericsParams, lint
+from qualify.registry import GateKindSpec
+
+SPEC = GateKindSpec(
+    name="kernel_numerics",
+    params=KernelNumericsParams,
+    measurements=KernelNumericsMeasurements,
+    runner="qualify.kinds.kernel_numerics.runner:run",
+    render="qualify.kinds.kernel_numerics.render:RENDER",
+    protects=(
+        "The fused cartridge kernel may ship only if it matches an fp32 reference on every shape it serves "
+        "and rejects, never silently serves, the layouts it does not support."
+    ),
+    lint=lint,
+)

@@ -1,0 +1,25 @@
+"""Lint of `kernel_numerics` gates; the fields model is the numerics cell (`qualify.numerics.cell`)."""
+
+from __future__ import annotations
+
+from qualify.numerics.cell import KernelNumericsParams
+from qualify.registry import LintIssue
+from qualify.schema.models import KindParams
+
+__all__ = ["KernelNumericsParams", "lint"]
+
+
+def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
+    assert isinstance(params, KernelNumericsParams)
+    issues = []
+    if params.check == "contract" and params.case is None:
+        issues.append(LintIssue(("case",), "a contract cell names the unsupported `case` it must reject"))
+    if params.check != "contract" and params.case is not None:
+        issues.append(LintIssue(("case",), "`case` only applies to check: contract"))
+    if params.phase == "prefill" and params.batch.q_lens is None and params.check != "contract":
+        issues.append(LintIssue(("batch",), f"prefill batch {params.batch.id!r} needs q_lens"))
+    if params.kv_layout == "combined" and params.live_v != "bf16":
+        issues.append(LintIssue(("kv_layout",), "FlashInfer's combined layout holds K and V in one dtype (bf16)"))
+    if params.batch.q_lens and any(q > n for q, n in zip(params.batch.q_lens, params.batch.live_lens, strict=True)):
+        issues.append(LintIssue(("batch",), "a request has more queries than live tokens (queries are live tokens)"))
+    return issues

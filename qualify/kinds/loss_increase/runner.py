@@ -1,0 +1,263 @@
+"""Run one `loss_increase` item: one checkpoint of a workload, every declared layout, against BF16.
+
+Measurements: `LossIncreaseMeasurements` (what `qualify render` plots); each bound is in its check only.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import TypeAdapter
+
+from qualify.cartridge.manifest import load_verified_cartridge, manifest_path
+from qualify.compile import GateItem
+from qualify.context import RunContext
+from qualify.errors import DataError, InsensitiveMeasurementError
+from qualify.hashing import sha256_file
+from qualify.kinds.loss_increase.measurements import (
+    LayoutLoss,
+    LossIncreaseMeasurements,
+    PayloadRow,
+    PerItemLoss,
+    ReferenceLoss,
+    bound_check_name,
+)
+from qualify.kinds.loss_increase.params import LossIncreaseParams
+from qualify.loss.data import EvalSet, load_eval_set
+from qualify.loss.evaluate import LayoutComparison, LayoutResult, evaluate_layouts
+from qualify.models.loader import LoadedModel, load_causal_lm
+from qualify.models.spec import ModelSpec
+from qualify.quant.payload import payload_table
+from qualify.results import Check, InputRef, ItemOutcome, Table
+from qualify.stats.bootstrap import bootstrap_indices, ratio_of_sums_ci
+
+_MODEL_SPEC = TypeAdapter(ModelSpec)
+
+
+def _model(item: GateItem, params: LossIncreaseParams, ctx: RunContext) -> LoadedModel:
+    raw = dict(item.gate_file.workloads[params.workload].model)
+    if params.device != "auto":
+        raw["device"] = params.device
+    if raw.get("source") == "path" and "path" in raw:
+        raw["path"] = str(item.gate_file.resolve(raw["path"]))
+    try:
+        spec = _MODEL_SPEC.validate_python(raw)
+    except ValueError as exc:
+        raise DataError(item.gate_file.path, f"workload {params.workload!r}: invalid model: {exc}") from None
+    return ctx.memo(("model", spec.model_dump_json()), lambda: load_causal_lm(spec))
+
+
+def _eval_set(path: Path, max_items: int | None, ctx: RunContext) -> EvalSet:
+    full = ctx.memo(("eval-set", str(path)), lambda: load_eval_set(path))
+    if max_items is None or max_items >= len(full.items):
+        return full
+    return EvalSet(path=full.path, sha256=full.sha256, tokenizer=full.tokenizer, items=full.items[:max_items])
+
+
+def _check(r: LayoutResult, bound: float, params: LossIncreaseParams, n: int) -> Check:
+    pct = round(params.confidence * 100)
+    return Check(
+        name=bound_check_name(r.layout.value),
+        observed=r.rel_increase,
+        operator="<=",
+        threshold=bound,
+        statistic=f"(loss - BF16 loss) / BF16 loss over answer tokens; paired bootstrap {pct}% CI over sequences",
+        n=n,
+        ci_low=r.ci_low,
+        ci_high=r.ci_high,
+        decided_on=r.ci_high if params.decide_on == "ci" else r.rel_increase,
+        unit="%",
+    )
+
+
+def _control_check(cmp: LayoutComparison, params: LossIncreaseParams, seed: int) -> Check:
+    control = params.positive_control
+    r = next(x for x in cmp.layouts if x.layout.value == control.layout)
+    n = cmp.reference.n_items
+    pct = round(params.confidence * 100)
+    if control.metric == "rel_increase":
+        observed, low, high, unit = r.rel_increase, r.ci_low, r.ci_high, "%"
+        statistic = f"relative eval-loss increase; paired bootstrap {pct}% CI over sequences"
+    else:
+        scores = next(s for s in cmp.items.by_layout if s.layout.value == control.layout)
+        indices = bootstrap_indices(n, np.random.default_rng(seed), params.n_resamples)
+        ci = ratio_of_sums_ci(scores.kl, cmp.items.tokens, indices, params.confidence)
+        observed, low, high, unit = ci.estimate, ci.low, ci.high, "nats"
+        statistic = f"KL(BF16 || layout) per answer token; bootstrap {pct}% CI over sequences"
+    return Check(
+        name=f"positive control: {control.layout} must show key damage ({control.metric})",
+        observed=observed,
+        operator=">=",
+        threshold=control.minimum,
+        statistic=statistic + "; if it does not fire the measurement is blind",
+        n=n,
+        ci_low=low,
+        ci_high=high,
+        decided_on=low if params.decide_on == "ci" else observed,
+        unit=unit,
+    )
+
+
+def _measurements(
+    params: LossIncreaseParams, loaded: LoadedModel, cmp: LayoutComparison, cartridge_tokens: int
+) -> LossIncreaseMeasurements:
+    control = params.positive_control.layout
+    return LossIncreaseMeasurements(
+        workload=params.workload,
+        checkpoint=params.checkpoint,
+        model_id=loaded.model_id,
+        scaling=params.scaling,
+        decide_on=params.decide_on,
+        confidence=params.confidence,
+        reference=ReferenceLoss(
+            loss=cmp.reference.loss, n_items=cmp.reference.n_items, n_tokens=cmp.reference.n_tokens
+        ),
+        layouts=[
+            LayoutLoss(
+                layout=r.layout.value,
+                loss=r.loss,
+                rel_increase=r.rel_increase,
+                ci_low=r.ci_low,
+                ci_high=r.ci_high,
+                kl_mean=r.kl_mean,
+                top1_agreement=r.top1_agreement,
+                saturated_k=r.saturated_k,
+                saturated_v=r.saturated_v,
+                positive_control=r.layout.value == control,
+            )
+            for r in cmp.layouts
+        ],
+        payload=[
+            PayloadRow(
+                layout=row.layout.value,
+                bytes_per_token=row.bytes_per_token,
+                context_bytes=row.context_bytes,
+                cartridge_bytes=row.cartridge_bytes,
+                capacity_ratio=row.capacity_ratio,
+            )
+            for row in payload_table(loaded.kv_shape, cartridge_tokens, params.context_tokens)
+        ],
+        per_item=PerItemLoss(
+            ids=list(cmp.items.ids),
+            tokens=cmp.items.tokens.tolist(),
+            reference_nll=cmp.items.reference_nll.tolist(),
+            nll={s.layout.value: s.nll.tolist() for s in cmp.items.by_layout},
+        ),
+    )
+
+
+def _tables(params: LossIncreaseParams, cmp: LayoutComparison, m: LossIncreaseMeasurements) -> list[Table]:
+    by_layout = {r.layout.value: r for r in cmp.layouts}
+    k16v8, k8v8 = by_layout.get("K16/V8"), by_layout.get("K8/V8")
+
+    def pct(r: LayoutResult | None) -> str:
+        return "-" if r is None else f"{r.rel_increase * 100:+.3f} % [{r.ci_low * 100:+.3f}, {r.ci_high * 100:+.3f}]"
+
+    summary = Table(
+        title="Cartridge loss by checkpoint",
+        columns=["checkpoint", "BF16 eval loss", "K16/V8 increase", "K8/V8 eval loss", "K8/V8 increase"],
+        rows=[[params.checkpoint, round(cmp.reference.loss, 5), pct(k16v8), k8v8 and round(k8v8.loss, 5), pct(k8v8)]],
+    )
+    detail = Table(
+        title=f"Layouts for {params.checkpoint} ({cmp.reference.n_items} sequences, {cmp.reference.n_tokens} tokens)",
+        columns=["layout", "eval loss", "rel. increase", "CI", "KL(BF16||layout)", "top-1 agreement", "saturated K/V"],
+        rows=[
+            [
+                r.layout.value,
+                round(r.loss, 5),
+                f"{r.rel_increase * 100:+.4f} %",
+                f"[{r.ci_low * 100:+.4f}, {r.ci_high * 100:+.4f}] %",
+                f"{r.kl_mean:.3e}",
+                f"{r.top1_agreement:.4f}",
+                f"{r.saturated_k}/{r.saturated_v}",
+            ]
+            for r in cmp.layouts
+        ],
+    )
+    payload = Table(
+        title="Raw KV payload per layout",
+        columns=["layout", "KiB / token", f"{params.context_tokens}-token context MiB", "cartridge MiB", "capacity"],
+        rows=[
+            [
+                p.layout,
+                round(p.bytes_per_token / 1024, 3),
+                round(p.context_bytes / 2**20, 3),
+                round(p.cartridge_bytes / 2**20, 3),
+                f"{p.capacity_ratio:.3f}x",
+            ]
+            for p in m.payload
+        ],
+    )
+    return [summary, detail, payload]
+
+
+def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
+    params = item.params
+    assert isinstance(params, LossIncreaseParams)
+    workload = item.gate_file.workloads[params.workload]
+    if workload.eval_set is None:
+        raise DataError(item.gate_file.path, f"workload {params.workload!r} declares no eval_set")
+    loaded = _model(item, params, ctx)
+    cartridge_path = item.gate_file.resolve(workload.cartridges[params.checkpoint])
+    cartridge, manifest = load_verified_cartridge(cartridge_path, loaded.kv_shape)
+    eval_path = item.gate_file.resolve(workload.eval_set)
+    eval_set = _eval_set(eval_path, params.max_items, ctx)
+
+    layouts = list(params.max_rel_increase)
+    if params.positive_control.layout not in layouts:
+        layouts.append(params.positive_control.layout)
+    torch.manual_seed(ctx.seed)
+    cmp = evaluate_layouts(
+        loaded.model,
+        cartridge,
+        eval_set,
+        layouts,
+        scaling=params.scaling,
+        batch_size=params.batch_size,
+        n_resamples=params.n_resamples,
+        confidence=params.confidence,
+        seed=ctx.seed,
+    )
+    n = cmp.reference.n_items
+    by_layout = {r.layout.value: r for r in cmp.layouts}
+    checks = [_check(by_layout[name], bound, params, n) for name, bound in params.max_rel_increase.items()]
+    control = _control_check(cmp, params, ctx.seed)
+    checks.append(control)
+
+    measurements = _measurements(params, loaded, cmp, cartridge.num_tokens)
+    outcome = ItemOutcome(
+        checks=checks,
+        measurements=measurements,
+        tables=_tables(params, cmp, measurements),
+        inputs=[
+            InputRef(cartridge_path.name, str(cartridge_path), manifest.sha256, "cartridge"),
+            InputRef(
+                manifest_path(cartridge_path).name,
+                str(manifest_path(cartridge_path)),
+                sha256_file(manifest_path(cartridge_path)),
+                "cartridge-manifest",
+            ),
+            InputRef(eval_path.name, str(eval_path), eval_set.sha256, "eval-set"),
+            InputRef(loaded.model_id, loaded.model_id, loaded.weights_sha256, "model-weights"),
+        ],
+        parameters={
+            **params.report_parameters(),
+            "seed": ctx.seed,
+            "device": str(loaded.device),
+            "model_dtype": str(loaded.dtype).removeprefix("torch."),
+            "cartridge_dtype": str(cartridge.dtype).removeprefix("torch."),
+            "cartridge_tokens": cartridge.num_tokens,
+            "frozen_tokens": cartridge.frozen_tokens,
+        },
+    )
+    if not control.passed:
+        pc = params.positive_control
+        raise InsensitiveMeasurementError(
+            f"{item.name}: the positive control {pc.layout} showed {pc.metric} {control.observed:.4g} (decided on "
+            f"{control.value_decided:.4g}), below the {pc.minimum:.4g} it must show: this measurement cannot see "
+            "key damage, so its other results prove nothing",
+            outcome=outcome,
+        )
+    return outcome

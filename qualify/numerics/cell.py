@@ -1,0 +1,74 @@
+"""One cell of the kernel-numerics matrix: shape, dtypes, tolerances and the check mode (`kernel_numerics` fields).
+
+The model lives here, below both the gate kind and the check modes that read it, so the domain package never
+imports the kind. Three checks, chosen by `check:`
+  kernel     the fused kernel (GPU) vs the fp32 reference on fresh random inputs; cells whose shape is
+             outside the kernel's documented contract (e.g. 632 positions on 16-token pages) must be
+             rejected with the documented error instead.
+  contract   a named unsupported layout (`case:`) must raise the documented error, never be served.
+  reference  host-only: the fp32 reference over cartridge + paged live KV agrees with an independent
+             float64 computation over the ordinary injection layout (the cartridge copied into pages),
+             which checks paging, indexing and masking without a GPU.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Literal
+
+from pydantic import Field, model_validator
+
+from qualify.schema.models import KindParams, StrictModel
+
+
+class CartridgeShape(StrictModel):
+    """Cartridge length; `sink` makes position 0 a dominant attention sink as in trained cartridges."""
+
+    id: str
+    length: int = Field(ge=0)
+    sink: bool = False
+
+
+class BatchShape(StrictModel):
+    """Live tokens per request; `q_lens` are the prefill query lengths (decode uses one query each)."""
+
+    id: str
+    live_lens: list[int] = Field(min_length=1)
+    q_lens: list[int] | None = None
+
+    @model_validator(mode="after")
+    def _lengths(self) -> BatchShape:
+        if self.q_lens is not None and len(self.q_lens) != len(self.live_lens):
+            raise ValueError(f"q_lens has {len(self.q_lens)} entries, live_lens {len(self.live_lens)}")
+        return self
+
+
+ContractCase = Literal["misaligned_cartridge", "fp8_keys", "zero_live", "unsupported_head_dim", "non_sm90"]
+
+
+class KernelNumericsParams(KindParams):
+    # max_rel_l2 is the threshold of the relative-L2 checks; rtol and atol define the violation measure
+    # (elements outside atol + rtol*|ref|, whose threshold is 0), so they stay recorded as parameters.
+    threshold_fields: ClassVar[dict[str, Any]] = {"max_rel_l2": True}
+
+    check: Literal["kernel", "contract", "reference"] = "kernel"
+    phase: Literal["prefill", "decode"] = "decode"
+    live_v: Literal["bf16", "fp8_e4m3"] = "bf16"
+    cartridge_v: Literal["fp8_e4m3", "bf16"] = "fp8_e4m3"
+    page_size: int = 8
+    cartridge: CartridgeShape
+    batch: BatchShape
+    head_dim: int = 128
+    num_qo_heads: int = Field(default=32, ge=1)
+    num_kv_heads: int = Field(default=8, ge=1)
+    kv_layout: Literal["separate", "combined"] = "separate"
+    fp8_scale: bool = True
+    # Weight the positions a kernel most likely gets wrong (both sides of the cartridge/live boundary, and
+    # position 0 of a sink cartridge) so that a one-position mistake cannot hide inside the tolerance.
+    emphasize_boundary: bool = True
+    repeats: int = Field(default=3, ge=1, le=100)
+    rtol: float = Field(default=3e-2, gt=0)
+    atol: float = Field(default=3e-2, gt=0)
+    max_rel_l2: float = Field(default=1.5e-2, gt=0)
+    case: ContractCase | None = None
+    second_oracle: Literal["auto", "flashinfer", "none"] = "auto"
+    device: Literal["auto", "cuda", "cpu"] = "auto"

@@ -1,0 +1,51 @@
+"""Launching the kernel under test: where it runs, one NaN-poisoned launch, and its source identity."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from qualify.errors import QualifyError
+from qualify.results import InputRef
+
+if TYPE_CHECKING:
+    from qualify.numerics.cell import KernelNumericsParams
+
+
+def kernel_device(p: KernelNumericsParams) -> torch.device:
+    """The cell's device: the current GPU, or the CPU when the kernel is interpreted (tests only)."""
+    import cartridge_attn._kernel as K
+
+    if p.device == "cpu" or (p.device == "auto" and not torch.cuda.is_available()):
+        if not K.INTERPRETED:
+            raise QualifyError(
+                "the fused kernel needs a CUDA GPU; on a CPU host it runs only under TRITON_INTERPRET=1 (tests)"
+            )
+        return torch.device("cpu")
+    return torch.device("cuda", torch.cuda.current_device())
+
+
+def run_fused(pr: Any, fault: int) -> tuple[torch.Tensor, Any]:
+    """Plan and launch the fused kernel on problem `pr`; returns (output, the planned wrapper).
+
+    `fault` is a test-only `cartridge_attn.faults.Fault` variant (0 in every real run).
+    """
+    from cartridge_attn import CartridgeAttention
+
+    attn = CartridgeAttention()
+    attn.plan(*pr.page_table(), device=pr.q.device, _fault=fault, **pr.plan_kwargs())
+    # Poisoned: an element the kernel fails to write stays NaN and fails the cell.
+    out = torch.full_like(pr.q, float("nan"))
+    attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, out=out, **pr.run_kwargs())
+    if pr.q.is_cuda:
+        torch.cuda.synchronize()
+    return out, attn
+
+
+def kernel_inputs() -> list[InputRef]:
+    """The kernel source as a qualified input, so the report's subjects pin what was measured."""
+    import cartridge_attn._kernel as K
+    from cartridge_attn import source_sha256
+
+    return [InputRef("cartridge_attn/_kernel.py", K.__file__, source_sha256(), "kernel-source")]

@@ -1,0 +1,84 @@
+"""`check: kernel`: the fused kernel against the fp32 reference (and FlashInfer) on fresh inputs per repeat.
+
+A cell outside the kernel's documented contract is not measured: the kernel must reject it instead.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from qualify.numerics.fused import kernel_device, kernel_inputs, run_fused
+from qualify.numerics.inputs import build_problem, cell_seed, contract_violation, describe_cell
+from qualify.numerics.metrics import ErrorStats, tolerance_checks
+from qualify.numerics.oracle import SECOND_ORACLE_NAME, flashinfer_oracle, fp32_reference, want_second_oracle
+from qualify.numerics.rejection import LAYOUT_ERROR, expect_rejection, rejection_check
+from qualify.results import ItemOutcome
+
+if TYPE_CHECKING:
+    from qualify.compile import GateItem
+    from qualify.context import RunContext
+    from qualify.numerics.cell import KernelNumericsParams
+
+
+def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -> ItemOutcome:
+    """Measure the kernel over `p.repeats` seeded problems, or show it rejects a cell outside its contract.
+
+    `ctx.options["kernel_fault"]` (test-only) runs a deliberately wrong kernel variant and says so in the notes.
+    """
+    import cartridge_attn as ca
+
+    device = kernel_device(p)
+    fault = int(ctx.options.get("kernel_fault", 0))
+    m = describe_cell(p)
+    outcome = ItemOutcome(measurements=m, inputs=kernel_inputs(), parameters=p.model_dump(mode="json"))
+    if fault:
+        outcome.notes.append(f"TEST-ONLY: the kernel ran as deliberately wrong variant {fault}")
+        outcome.parameters["kernel_fault"] = fault
+    seeds = [cell_seed(ctx.seed, item.gate_file.suite, item.name, r) for r in range(p.repeats)]
+
+    violation = contract_violation(p)
+    if violation:
+        # Outside the contract: the kernel must refuse, whatever the matrix asked for.
+        raised = expect_rejection(lambda: run_fused(build_problem(p, device, seeds[0]), fault))
+        m.update(contract=True, expected_error=LAYOUT_ERROR, raised=repr(raised), violation=violation)
+        outcome.checks.append(rejection_check(f"rejects {violation}", raised))
+        m["seeds"] = seeds[:1]
+        return outcome
+
+    errors: ErrorStats | None = None
+    oracle_errors: ErrorStats | None = None
+    attn = None
+    n_elems = 0
+    second = want_second_oracle(p, device)
+    for seed in seeds:
+        pr = build_problem(p, device, seed)
+        out, attn = run_fused(pr, fault)
+        e = ErrorStats.between(out, fp32_reference(pr), p.rtol, p.atol)
+        errors = e if errors is None else errors.worst(e)
+        n_elems += out.numel()
+        if second:
+            oe = ErrorStats.between(out, flashinfer_oracle(pr), p.rtol, p.atol)
+            oracle_errors = oe if oracle_errors is None else oracle_errors.worst(oe)
+    assert errors is not None  # repeats >= 1 (the schema's bound)
+    m.update(
+        contract=False,
+        max_abs_err=errors.max_abs,
+        max_rel_err=errors.max_rel,
+        rel_l2=errors.rel_l2,
+        nan_count=errors.nan_count,
+        violations=errors.violations,
+        seeds=seeds,
+        kernel=ca.kernel_identity(attn),
+        second_oracle=None
+        if oracle_errors is None
+        else {"name": SECOND_ORACLE_NAME, "max_abs_err": oracle_errors.max_abs, "rel_l2": oracle_errors.rel_l2},
+    )
+    outcome.checks.extend(tolerance_checks("", errors, p, n_elems))
+    if oracle_errors is not None:
+        # The NaN count is of the kernel's own output, already checked against the reference above.
+        outcome.checks.extend(tolerance_checks("vs FlashInfer injection: ", oracle_errors, p, n_elems)[1:])
+    elif device.type == "cuda":
+        outcome.notes.append(
+            "second oracle (FlashInfer) not run: " + ("disabled" if p.second_oracle == "none" else "not installed")
+        )
+    return outcome

@@ -1,0 +1,93 @@
+"""Error measures of an output against a reference, and the tolerance checks decided on them.
+
+max_rel is max |out - ref| / max(|ref|, atol), so elements near zero do not dominate it; the decision uses
+the elementwise bound |out - ref| <= atol + rtol * |ref| (as torch.testing.assert_close) and the relative
+L2 error. NaN is never lost: a NaN measure stays NaN through `worst`, and a NaN check never passes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from qualify.results import Check
+
+if TYPE_CHECKING:
+    from qualify.numerics.cell import KernelNumericsParams
+
+
+def worst_of(a: float, b: float) -> float:
+    """max(a, b), except that NaN wins: Python's max keeps its first argument when compared with NaN."""
+    if math.isnan(a) or math.isnan(b):
+        return math.nan
+    return max(a, b)
+
+
+@dataclass(frozen=True)
+class ErrorStats:
+    """How far an output is from a reference; `worst` accumulates it over repeats."""
+
+    max_abs: float
+    max_rel: float
+    rel_l2: float
+    nan_count: int
+    violations: int
+
+    @staticmethod
+    def between(out: torch.Tensor, ref: torch.Tensor, rtol: float, atol: float) -> ErrorStats:
+        """Errors of `out` against `ref` (any shapes that match); NaN outputs count as infinitely wrong."""
+        out32, ref32 = out.float(), ref.float()
+        nan_count = int(torch.isnan(out32).sum())
+        diff = (out32 - ref32).abs().nan_to_num(nan=float("inf"))
+        bound = atol + rtol * ref32.abs()
+        return ErrorStats(
+            max_abs=float(diff.max()),
+            max_rel=float((diff / ref32.abs().clamp_min(atol)).max()),
+            rel_l2=float(diff.norm() / ref32.norm().clamp_min(1e-30)),
+            nan_count=nan_count,
+            # Counted as "not within", so that a NaN bound (a NaN reference) is a violation, not a pass.
+            violations=int((~(diff <= bound)).sum()),
+        )
+
+    def worst(self, other: ErrorStats) -> ErrorStats:
+        """The worse of two measurements: largest errors (NaN if either is NaN), summed counts."""
+        return ErrorStats(
+            worst_of(self.max_abs, other.max_abs),
+            worst_of(self.max_rel, other.max_rel),
+            worst_of(self.rel_l2, other.rel_l2),
+            self.nan_count + other.nan_count,
+            self.violations + other.violations,
+        )
+
+
+def tolerance_checks(prefix: str, e: ErrorStats, p: KernelNumericsParams, n: int) -> list[Check]:
+    """NaN outputs, elements outside atol + rtol*|ref| and the relative L2 error, each against its bound."""
+    return [
+        Check(
+            name=f"{prefix}NaN outputs (poisoned buffer)",
+            observed=float(e.nan_count),
+            operator="<=",
+            threshold=0.0,
+            statistic="elements still NaN after the launch; the output was filled with NaN before it",
+            n=n,
+        ),
+        Check(
+            name=f"{prefix}elements outside atol + rtol*|ref|",
+            observed=float(e.violations),
+            operator="<=",
+            threshold=0.0,
+            statistic=f"count over all outputs, rtol={p.rtol}, atol={p.atol} (max abs err {e.max_abs:.3e})",
+            n=n,
+        ),
+        Check(
+            name=f"{prefix}relative L2 error",
+            observed=e.rel_l2,
+            operator="<=",
+            threshold=p.max_rel_l2,
+            statistic="||out - ref||_2 / ||ref||_2, worst over repeats",
+            n=n,
+        ),
+    ]

@@ -1,0 +1,167 @@
+"""Per-layer times of every `kernel` implementation at the kernel record's points, measured by `qualify.perf`.
+
+    python scripts/bench_attention.py --out DIR [--commit SHA] [--only decode|prefill] [--tune]
+
+A driver, not a harness: each implementation of the kernel set (`qualify.perf.implementations.KERNEL_SET`) is
+measured by the perf gate's own worker in a fresh process (`qualify.perf.launch.run_worker`) on the Qwen3-8B
+attention shape, at the points of results/2026-11-29-kernel-h200: decode at 128 and 1024 live tokens, prefill of
+128- and 512-token suffixes, batches 1, 16 and 64. A step is 36 layers, each with its own buffers; the per-layer
+time printed is the step's median over the layers. Also printed: the fused K16/V8 kernel's unique bytes per second
+against the copy bandwidth the worker measured. DIR/bench_results.json holds every worker's result.
+
+`--tune` first sweeps the fused kernel's candidate configurations at every point in this process (a table of
+per-layer times per configuration, DIR/sweep.json), which is what the kernel's default configuration table
+follows; the timed runs after it use the kernel's defaults, as the gate does.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from qualify.perf.implementations import KERNEL_SET
+from qualify.perf.launch import run_worker
+from qualify.perf.metrics import metric
+from qualify.perf.spec import ShapeSet, Timing, WorkRequest, WorkResult
+
+PHASES = {  # metric -> (shape-set id, suffixes); decode runs at live = suffix (one generated token)
+    "decode_tokens_per_s": ("bench-decode", [128, 1024]),
+    "ttft_proxy_ms": ("bench-prefill", [128, 512]),
+}
+BATCHES = [1, 16, 64]
+DECODE_CANDIDATES = [  # (reqs_per_program, block_n, num_warps, num_stages)
+    (1, 64, 4, 3), (1, 128, 4, 3), (1, 128, 4, 4), (1, 128, 8, 3), (1, 256, 8, 2), (1, 256, 4, 2),
+    (2, 128, 4, 3), (2, 128, 4, 4), (2, 256, 8, 2), (4, 128, 4, 3), (4, 256, 8, 2),
+]  # fmt: skip
+PREFILL_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages)
+    (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (128, 128, 8, 3), (128, 32, 4, 4), (64, 64, 4, 3),
+    (64, 32, 4, 4),
+]  # fmt: skip
+
+
+def shape_set(metric_name: str) -> ShapeSet:
+    shape_id, suffixes = PHASES[metric_name]
+    return ShapeSet(id=shape_id, batches=BATCHES, suffixes=suffixes, generated_tokens=1)
+
+
+def measure_all(metric_names: list[str], repetitions: int, timeout_s: float) -> list[WorkResult]:
+    """One fresh worker per (implementation, metric) that the implementation supports."""
+    timing = Timing(warmups=3, repetitions=repetitions, processes=1)
+    results = []
+    for impl in KERNEL_SET.implementations:
+        for name in metric_names:
+            if name not in impl.metrics:
+                continue
+            request = WorkRequest(
+                implementation_set=KERNEL_SET.name,
+                implementation=impl.name,
+                measure=KERNEL_SET.measure,
+                metrics=[name],  # type: ignore[list-item]
+                shape=shape_set(name).model_dump(),
+                timing=timing.model_dump(),
+            )
+            started = time.perf_counter()
+            results.append(run_worker(request, timeout_s=timeout_s))
+            print(f"[{impl.name} {name}] {time.perf_counter() - started:.0f} s", flush=True)
+    return results
+
+
+def per_layer_us(step_ms: list[float], layers: int) -> float:
+    return statistics.median(step_ms) * 1000.0 / layers
+
+
+def table(results: list[WorkResult]) -> str:
+    names = KERNEL_SET.names()
+    head = ["phase", "B", "tokens", *names, "fused-k16v8 TB/s", "% copy bw"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    for metric_name, (_, suffixes) in PHASES.items():
+        by_impl = {r.implementation: r for r in results if r.cells and r.cells[0].metric == metric_name}
+        for suffix in suffixes:
+            for batch in BATCHES:
+                row: list[str] = [metric(metric_name).phase, str(batch), str(suffix)]
+                for name in names:
+                    r = by_impl.get(name)
+                    cell = r.cell(metric_name, batch, suffix) if r else None
+                    row.append(f"{per_layer_us(cell.step_ms, cell.detail['layers']):.1f}" if cell else "-")
+                fused = by_impl.get("fused-k16v8")
+                cell = fused.cell(metric_name, batch, suffix) if fused else None
+                if cell:
+                    tbps = cell.bytes_moved / (statistics.median(cell.step_ms) / 1000.0) / 1e12
+                    row += [f"{tbps:.2f}", "-" if cell.pct_peak_bw is None else f"{cell.pct_peak_bw:.1f}"]
+                else:
+                    row += ["-", "-"]
+                lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def sweep(metric_names: list[str]) -> list[dict[str, Any]]:
+    """Per-layer time of the fused K16/V8 kernel under every candidate configuration, at every point."""
+    import cartridge_attn as ca
+    import torch
+
+    from qualify.perf.kernel_set import build, cell_spec
+    from qualify.perf.timing import time_step
+
+    device = torch.device("cuda", 0)
+    rows = []
+    for metric_name in metric_names:
+        shape, m = shape_set(metric_name), metric(metric_name)
+        group = shape.num_qo_heads // shape.num_kv_heads
+        for suffix in shape.suffixes:
+            for batch in shape.batches:
+                live = shape.decode_live(suffix) if m.phase == "decode" else suffix
+                for cand in DECODE_CANDIDATES if m.phase == "decode" else PREFILL_CANDIDATES:
+                    if m.phase == "decode":
+                        r, bn, w, s = cand
+                        cfg = ca.decode_config(group, shape.head_dim, batch, live, reqs=r, block_n=bn, num_warps=w,
+                                               num_stages=s)  # fmt: skip
+                    else:
+                        bm, bn, w, s = cand
+                        cfg = ca.prefill_config(group, shape.head_dim, block_m=bm, block_n=bn, num_warps=w,
+                                                num_stages=s)  # fmt: skip
+                    row: dict[str, Any] = {"phase": m.phase, "batch": batch, "tokens": suffix, "config": cfg.as_dict()}
+                    try:
+                        spec = cell_spec(shape, m, batch, suffix, l2_cold=True, redundant=1, device=device, seed=1234,
+                                         kernel_config=cfg)  # fmt: skip
+                        t = time_step(build("fused-k16v8", spec).calls, warmups=2, repetitions=8)
+                        row["per_layer_us"] = per_layer_us(t.samples_ms, shape.num_layers)
+                    except Exception as exc:  # a configuration the kernel refuses is a result of the sweep
+                        row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+                    rows.append(row)
+                    torch.cuda.empty_cache()
+                    print(json.dumps(row), flush=True)
+    return rows
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=Path("bench-out"), help="folder for the JSON files")
+    ap.add_argument("--commit", default="unknown", help="git commit of the tree (the GPU host has no .git)")
+    ap.add_argument("--only", choices=["decode", "prefill", "all"], default="all")
+    ap.add_argument("--repetitions", type=int, default=40, help="timed steps per cell")
+    ap.add_argument("--tune", action="store_true", help="sweep the fused kernel's configurations first")
+    ap.add_argument("--worker-timeout", type=float, default=300.0, help="seconds per worker process")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    wanted = {"decode": ["decode_tokens_per_s"], "prefill": ["ttft_proxy_ms"]}.get(args.only, list(PHASES))
+    env = {
+        "commit": args.commit,
+        "command": " ".join(sys.argv),
+        "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    if args.tune:
+        (args.out / "sweep.json").write_text(json.dumps({"env": env, "sweep": sweep(wanted)}, indent=1))
+    results = measure_all(wanted, args.repetitions, args.worker_timeout)
+    doc = {"env": env, "results": [r.model_dump() for r in results]}
+    (args.out / "bench_results.json").write_text(json.dumps(doc, indent=1))
+    print(table(results))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,93 @@
+"""Where the time of a batch goes in vLLM, for one serving layout: torch.profiler over one batch.
+
+    python scripts/profile_step.py --layout shared-k16v8 --batch 64 --out DIR
+
+Builds the layout's engine (Qwen3-8B architecture, dummy weights, fixtures/qwen3_8b), sends two warm-up batches
+and three timed ones (cartridge + 64 question tokens, 32 generated), then one batch under the profiler. Prints and
+writes (DIR/<layout>-b<batch>.json): wall time, the summed GPU kernel time and its share of the wall time, and
+the operators with the most host time and the kernels with the most GPU time. The profiler adds host overhead
+of its own; compare layouts with each other, not with the unprofiled timings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from qualify.serve.engine import build_llm, prompt_token_ids, random_questions, run_batch, write_random_cartridge
+from qualify.serve.layouts import layout as get_layout
+from qualify.serve.settings import EngineSettings
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--layout", required=True)
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--suffix", type=int, default=64)
+    ap.add_argument("--gen", type=int, default=32)
+    ap.add_argument("--cartridge-len", type=int, default=632)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args()
+    lay = get_layout(args.layout)
+    settings = EngineSettings()
+    vocab = int(settings.hf_config()["vocab_size"])
+    rng = random.Random(7)
+
+    def prompts() -> list[list[int]]:
+        qs = random_questions(args.batch, args.suffix, vocab, rng, settings.placeholder_token_id)
+        return prompt_token_ids(lay, qs, args.cartridge_len, settings.placeholder_token_id)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        cart = write_random_cartridge(Path(tmp) / "c.safetensors", settings, args.cartridge_len, 7)
+        llm = build_llm(lay, cart, args.cartridge_len, settings, seed=7)
+        for _ in range(2):
+            run_batch(llm, prompts(), args.gen)
+        timed = [run_batch(llm, prompts(), args.gen) for _ in range(3)]
+        batch = prompts()
+        acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+        with torch.profiler.profile(activities=acts) as prof:
+            t0 = time.perf_counter()
+            run_batch(llm, batch, args.gen)
+            prof_wall = time.perf_counter() - t0
+    events = prof.key_averages()
+    gpu_us = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    host = sorted(events, key=lambda e: -e.self_cpu_time_total)[:15]
+    kernels = sorted((e for e in events if e.self_device_time_total > 0), key=lambda e: -e.self_device_time_total)[:15]
+    summary = {
+        "layout": lay.name,
+        "batch": args.batch,
+        "unprofiled_wall_ms": [t.wall_s * 1e3 for t in timed],
+        "unprofiled_decode_step_ms": statistics.median(
+            (t.wall_s - max(t.ttft_s)) / (args.gen - 1) * 1e3 for t in timed
+        ),
+        "profiled_wall_ms": prof_wall * 1e3,
+        "gpu_kernel_ms": gpu_us / 1e3,
+        "gpu_share_of_wall": gpu_us / 1e6 / prof_wall,
+        "top_host_ops": [
+            {"name": e.key[:80], "calls": e.count, "self_cpu_ms": e.self_cpu_time_total / 1e3} for e in host
+        ],
+        "top_gpu_kernels": [
+            {"name": e.key[:80], "calls": e.count, "gpu_ms": e.self_device_time_total / 1e3} for e in kernels
+        ],
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / f"{lay.name}-b{args.batch}.json").write_text(json.dumps(summary, indent=1))
+    print(f"== {lay.name} b{args.batch}: unprofiled decode step {summary['unprofiled_decode_step_ms']:.1f} ms; "
+          f"profiled wall {prof_wall * 1e3:.0f} ms, GPU kernels {gpu_us / 1e3:.0f} ms "
+          f"({summary['gpu_share_of_wall']:.0%})")  # fmt: skip
+    for row in summary["top_host_ops"][:10]:
+        print(f"  host {row['self_cpu_ms']:8.1f} ms {row['calls']:6d}x  {row['name']}")
+    for row in summary["top_gpu_kernels"][:8]:
+        print(f"  gpu  {row['gpu_ms']:8.1f} ms {row['calls']:6d}x  {row['name']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
