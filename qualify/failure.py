@@ -6,7 +6,7 @@ import json
 import math
 
 from qualify.errors import QualifyError
-from qualify.results import Check, ItemOutcome
+from qualify.results import FRACTION_UNITS, Check, ItemOutcome
 
 
 class GateCheckFailed(QualifyError):
@@ -27,7 +27,7 @@ def fmt_value(value: float | None, unit: str = "") -> str:
         return "-"
     if isinstance(value, float) and math.isnan(value):
         return "NaN"
-    if unit == "%":
+    if unit in FRACTION_UNITS:
         return f"{value * 100:.4g} %"
     if abs(value) >= 1e4 or (value != 0 and abs(value) < 1e-3):
         return f"{value:.4e}{unit and ' ' + unit}"

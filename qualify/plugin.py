@@ -65,6 +65,48 @@ def pytest_configure(config: pytest.Config) -> None:
         baseline=Path(opt.qualify_baseline) if opt.qualify_baseline else None,
     )
     config.addinivalue_line("markers", "gate(kind): a compiled cartridge-qualify gate item")
+    selection = deselection_options(config)
+    if opt.qualify_strict and selection:
+        raise pytest.UsageError(
+            f"--qualify-strict is a release run and runs every compiled item: drop {' '.join(selection)}"
+        )
+
+
+def deselection_options(config: pytest.Config) -> list[str]:
+    """The options that select a subset of the compiled items, as they were given (`-k EXPR`, `-m EXPR`)."""
+    opt = config.option
+    given = [("-k", getattr(opt, "keyword", "")), ("-m", getattr(opt, "markexpr", ""))]
+    out = [f"{flag} {expr}" for flag, expr in given if expr]
+    out += [f"--deselect {nodeid}" for nodeid in getattr(opt, "deselect", None) or []]
+    return out
+
+
+def pytest_deselected(items: list[pytest.Item]) -> None:
+    """Record each deselected gate item: it was compiled but not shown, so the run cannot be a PASS."""
+    for item in items:
+        if not isinstance(item, GateTestItem):
+            continue
+        state = item.config.stash[STATE_KEY]
+        selection = deselection_options(item.config) or ["a pytest option"]
+        g = item.gate_item
+        state.results.append(
+            _item_result(item.nodeid, g, Status.DESELECTED, reason="deselected by " + " ".join(selection))
+        )
+
+
+def _item_result(nodeid: str, g: GateItem, status: Status, reason: str | None = None) -> ItemResult:
+    return ItemResult(
+        nodeid=nodeid,
+        name=g.name,
+        gate_id=g.gate_id,
+        cell_id=g.cell_id,
+        kind=g.kind,
+        gate_file=g.gate_file.path,
+        requires=list(g.requires),
+        description=g.description,
+        status=status,
+        reason=reason,
+    )
 
 
 def pytest_collect_file(file_path: Path, parent: pytest.Collector) -> pytest.Collector | None:
@@ -96,17 +138,8 @@ class GateTestItem(pytest.Item):
     def runtest(self) -> None:
         state = self.config.stash[STATE_KEY]
         g = self.gate_item
-        result = ItemResult(
-            nodeid=self.nodeid,
-            name=g.name,
-            gate_id=g.gate_id,
-            cell_id=g.cell_id,
-            kind=g.kind,
-            gate_file=g.gate_file.path,
-            requires=list(g.requires),
-            description=g.description,
-            status=Status.ERROR,
-        )
+        # ERROR until the run says otherwise: an item that dies mid-run must not read as passed.
+        result = _item_result(self.nodeid, g, Status.ERROR)
         state.results.append(result)
         start = time.perf_counter()
         try:
@@ -129,12 +162,8 @@ class GateTestItem(pytest.Item):
                 result.status = Status.ERROR
                 result.reason = "the runner made no checks, so nothing was shown"
                 raise QualifyError(f"{g.name}: {result.reason}")
-            if outcome.passed:
-                result.status = Status.PASSED
-            else:
-                result.status = Status.FAILED
-                failed = [c.name for c in outcome.checks if not c.passed]
-                result.reason = "failed checks: " + ", ".join(failed)
+            result.status, result.reason = outcome.settled_status()
+            if result.status is Status.FAILED:
                 raise GateCheckFailed(g.name, g.description, outcome)
         except (pytest.skip.Exception, GateCheckFailed):
             raise
@@ -186,7 +215,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
     rows = []
     for r in state.results:
         headline = ""
-        if r.outcome and r.outcome.checks:
+        if r.outcome and r.outcome.checks and r.status is not Status.INCOMPLETE:
             worst = next((c for c in r.outcome.checks if not c.passed), r.outcome.checks[0])
             headline = f"{worst.name}: {worst.observed:.4g} {worst.operator} {worst.threshold:.4g}"
         rows.append([r.name, r.status.value.upper(), f"{r.duration_s:.1f}s", headline or (r.reason or "")[:90]])
@@ -196,8 +225,7 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(f"gate file error:\n{err}", red=True)
     v = state.verdict
     colour = {"green": v is Verdict.PASS, "red": v is Verdict.FAIL, "yellow": v is Verdict.INCOMPLETE}
-    skipped = sum(r.status is Status.SKIPPED for r in state.results)
-    note = f" ({skipped} item(s) skipped: not everything was shown)" if v is Verdict.INCOMPLETE else ""
+    note = f" ({unshown_summary(state.results)}: not everything was shown)" if v is Verdict.INCOMPLETE else ""
     tr.write_sep("=", f"VERDICT: {v.value}{note}", bold=True, **colour)
     if state.report_path:
         tr.write_line(f"report:   {state.report_path}")
@@ -207,3 +235,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line("envelope: none - the report is UNSIGNED (no --sign-key / QUALIFY_SIGNING_KEY)", yellow=True)
     if state.write_error:
         tr.write_line(f"report not written: {state.write_error}", red=True)
+
+
+def unshown_summary(results: list[ItemResult]) -> str:
+    """How many items were not shown, by why (skipped, deselected, vacuous or underpowered)."""
+    labels = {
+        Status.SKIPPED: "skipped",
+        Status.DESELECTED: "deselected",
+        Status.INCOMPLETE: "vacuous or underpowered",
+    }
+    parts = [f"{n} {label}" for status, label in labels.items() if (n := sum(r.status is status for r in results))]
+    return ", ".join(parts) or "no items"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from qualify.schema.models import MeasurementModel
 
@@ -15,6 +15,10 @@ class Status(StrEnum):
     FAILED = "failed"
     SKIPPED = "skipped"
     ERROR = "error"
+    # Compiled but not selected (`-k` / `-m`): nothing was shown for it, so the run cannot be a PASS.
+    DESELECTED = "deselected"
+    # Ran and no check failed, but no check could have failed (vacuous or underpowered): nothing was shown.
+    INCOMPLETE = "incomplete"
 
 
 class Verdict(StrEnum):
@@ -22,6 +26,10 @@ class Verdict(StrEnum):
     FAIL = "FAIL"
     INCOMPLETE = "INCOMPLETE"
 
+
+# Units whose values are fractions and read as percentages: "fraction" is what checks store now; "%" is how
+# earlier reports labelled the same fractions (0.0013 meant 0.13 %), so it reads the same way.
+FRACTION_UNITS = frozenset({"fraction", "%"})
 
 _OPERATORS = {
     "<=": lambda a, b: a <= b,
@@ -62,17 +70,33 @@ class Check:
         return self.observed if self.decided_on is None else self.decided_on
 
     @property
+    def nan_reason(self) -> str | None:
+        """Why a NaN makes this check fail, or None. It overrides even an explicit outcome: a broken
+        measurement must never look like a pass (or like a merely inconclusive one)."""
+        if math.isnan(self.observed):
+            return "observed value is NaN"
+        if math.isnan(self.value_decided):
+            return "value decided on is NaN"
+        return None
+
+    @property
     def passed(self) -> bool:
+        if self.nan_reason is not None:
+            return False
         if self.outcome is not None:
             return self.outcome == "pass"
-        v = self.value_decided
-        # NaN never passes: a broken measurement must not look like a pass.
-        return not math.isnan(v) and _OPERATORS[self.operator](v, self.threshold)
+        return _OPERATORS[self.operator](self.value_decided, self.threshold)
+
+    @property
+    def decided_outcome(self) -> str:
+        if self.nan_reason is not None:
+            return "fail"
+        return self.outcome or ("pass" if self.passed else "fail")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["passed"] = self.passed
-        d["outcome"] = self.outcome or ("pass" if self.passed else "fail")
+        d["outcome"] = self.decided_outcome
         return d
 
 
@@ -93,9 +117,25 @@ class Table:
     rows: list[list[Any]]
 
 
+Weakness = Literal["vacuous", "underpowered"]
+
+
+@dataclass(frozen=True)
+class Shortfall:
+    """Why an item's checks could not have failed: `vacuous` (for example the reference scored 0, or every
+    sample was equal) or `underpowered` (n below what the bound needs). Such an item is INCOMPLETE, never PASS."""
+
+    kind: Weakness
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.kind}: {self.detail}"
+
+
 @dataclass
 class ItemOutcome:
-    """What a runner returns. The item fails when any check fails.
+    """What a runner returns. The item fails when any check fails; when none fails but `shortfalls` says no
+    check could have failed, the item is INCOMPLETE.
 
     `measurements` is an instance of the kind's measurements model (None when nothing was measured);
     `parameters` are the fields as recorded (`KindParams.report_parameters`, thresholds left to the checks).
@@ -107,10 +147,23 @@ class ItemOutcome:
     inputs: list[InputRef] = field(default_factory=list)
     parameters: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    shortfalls: list[Shortfall] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
         return bool(self.checks) and all(c.passed for c in self.checks)
+
+    def failure_reason(self) -> str:
+        failed = [c.name + (f" ({c.nan_reason})" if c.nan_reason else "") for c in self.checks if not c.passed]
+        return "failed checks: " + ", ".join(failed)
+
+    def settled_status(self) -> tuple[Status, str | None]:
+        """The item's status from its checks: a pass that could not have been a failure is INCOMPLETE."""
+        if not self.passed:
+            return Status.FAILED, self.failure_reason()
+        if self.shortfalls:
+            return Status.INCOMPLETE, "; ".join(dict.fromkeys(str(s) for s in self.shortfalls))
+        return Status.PASSED, None
 
 
 @dataclass
@@ -152,12 +205,13 @@ class ItemResult:
 
 
 def verdict(statuses: list[Status]) -> Verdict:
-    """PASS only if every selected item ran and passed; a skip never looks like a pass.
+    """PASS only if every compiled item was selected, ran and passed something it could have failed.
 
-    No items at all is INCOMPLETE: nothing was shown.
+    A skip, a deselection or a vacuous/underpowered item never looks like a pass; no items at all is
+    INCOMPLETE: nothing was shown.
     """
     if any(s in (Status.FAILED, Status.ERROR) for s in statuses):
         return Verdict.FAIL
-    if not statuses or any(s == Status.SKIPPED for s in statuses):
+    if not statuses or any(s is not Status.PASSED for s in statuses):
         return Verdict.INCOMPLETE
     return Verdict.PASS

@@ -24,15 +24,10 @@ log() { echo "=== $(date +%T) $*"; }
 vllm_env() {
   source .vllm/setup.sh || return 1
   export PYTHONPATH="$PWD:$PWD/kernels:$PYTHONPATH"
-  # vLLM finds general plugins through entry points: give the (not pip-installed) project a dist-info.
-  local site=/tmp/cq-site
-  if [[ ! -f $site/.done ]]; then
-    mkdir -p "$site/cartridge_qualify-0.1.0.dist-info"
-    printf 'Metadata-Version: 2.1\nName: cartridge-qualify\nVersion: 0.1.0\n' >"$site/cartridge_qualify-0.1.0.dist-info/METADATA"
-    printf '[vllm.general_plugins]\ncartridge = qualify.serve.plugin:register\n' \
-      >"$site/cartridge_qualify-0.1.0.dist-info/entry_points.txt"
-    touch "$site/.done"
-  fi
+  # vLLM finds its general plugin, and qualify its gate kinds, through the project's entry points: install the
+  # project (editable, no dependencies: the host cannot download) so that both come from pyproject.toml.
+  python3 -m pip show -q cartridge-qualify >/dev/null 2>&1 ||
+    python3 -m pip install -q --no-build-isolation --no-deps -e . -e tests/plugins/qualify_fake_kind || return 1
   # Signing needs cryptography, which the image lacks: reuse the copy the perf calls unpacked from .gpu/wheels
   # (not the whole /tmp/gpu-site: its FlashInfer is not the version this vLLM expects).
   if [[ -d /tmp/gpu-site/cryptography && ! -d /tmp/sign-site/cryptography ]]; then
@@ -40,7 +35,7 @@ vllm_env() {
     (cd /tmp/gpu-site && cp -r cryptography cryptography-*.dist-info cffi cffi-*.dist-info _cffi_backend*.so \
       pycparser pycparser-*.dist-info /tmp/sign-site/ 2>/dev/null)
   fi
-  export PYTHONPATH="$PYTHONPATH:$site:/tmp/sign-site"
+  export PYTHONPATH="$PYTHONPATH:/tmp/sign-site"
 }
 
 qualify() { python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' "$@"; }

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import numpy as np
 import numpy.typing as npt
 
-from qualify.results import Check
+from qualify.results import Check, Shortfall
 from qualify.stats.paired import discordance, mcnemar_exact_p, score_ratio_ci
 from qualify.stats.power import PowerStatement, power_statement
 
@@ -42,6 +42,7 @@ class FloorResult:
     measurements: dict[str, Any]
     notes: list[str]
     powers: list[PowerStatement]
+    shortfalls: list[Shortfall]
 
     @property
     def underpowered(self) -> bool:
@@ -107,8 +108,7 @@ def evaluate_floor(
         else:
             text = worst.sentence()
         notes.append(text + ("; this is a smoke test, not a certification" if rule.allow_underpowered else ""))
-    if not ref.any():
-        notes.append("the reference got no item right: every floor is met vacuously (ratio taken as 1)")
+    shortfalls = _shortfalls(ref, powers, notes[0] if notes else "")
     measurements = {
         "n": table.n,
         "reference_score": ref_score,
@@ -138,4 +138,17 @@ def evaluate_floor(
         "underpowered": any(p.underpowered for p in powers),
         "smoke": any(p.underpowered for p in powers) and rule.allow_underpowered,
     }
-    return FloorResult(checks=checks, measurements=measurements, notes=notes, powers=powers)
+    return FloorResult(checks=checks, measurements=measurements, notes=notes, powers=powers, shortfalls=shortfalls)
+
+
+def _shortfalls(ref: npt.NDArray[np.bool_], powers: list[PowerStatement], power_note: str) -> list[Shortfall]:
+    """Why no floor could have failed: a reference with no item right makes the ratio 1 by convention, and an
+    underpowered floor cannot resolve the drop it bounds. Either way the item is INCOMPLETE, not PASS."""
+    out = []
+    if not ref.any():
+        out.append(
+            Shortfall("vacuous", f"the reference scored 0 of {ref.size}: no floor could fail (ratio taken as 1)")
+        )
+    if any(p.underpowered for p in powers):
+        out.append(Shortfall("underpowered", power_note.removeprefix("underpowered: ")))
+    return out

@@ -29,7 +29,7 @@ from safetensors.torch import load_file, save_file
 
 from qualify.cartridge.types import Cartridge
 from qualify.errors import CartridgeError
-from qualify.signing._json import TooLarge, check_depth
+from qualify.json_limits import TooLarge, check_depth
 
 TRAINABLE = ("trainable_keys", "trainable_values")
 FROZEN_NAMES = (("fixed_keys", "fixed_values"), ("frozen_keys", "frozen_values"))

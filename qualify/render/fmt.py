@@ -6,6 +6,8 @@ import json
 import math
 from typing import Any
 
+from qualify.results import FRACTION_UNITS
+
 MISSING = "–"
 
 
@@ -58,10 +60,27 @@ def percent(value: Any, digits: int = 3) -> str:
     return MISSING if f is None else f"{f * 100:.{digits}g} %"
 
 
-def ci(low: Any, high: Any, digits: int = 4) -> str:
+def ci(low: Any, high: Any, digits: int = 4, unit: str = "") -> str:
     if as_float(low) is None and as_float(high) is None:
         return MISSING
+    if unit in FRACTION_UNITS:
+        return f"[{scaled(low, unit)}, {scaled(high, unit)}] %"
     return f"[{number(low, digits)}, {number(high, digits)}]"
+
+
+def scaled(value: Any, unit: str, digits: int = 4) -> str:
+    """A check value in the unit it is labelled with: fractions are shown as percentages (the label is then %)."""
+    f = as_float(value)
+    if unit in FRACTION_UNITS and f is not None:
+        return f"{f * 100:.{digits}g}"
+    return number(value, digits)
+
+
+def with_unit(value: Any, unit: Any) -> str:
+    """A check value and its label, where the label always matches the number shown (0.0013 fraction: 0.13 %)."""
+    u = as_text(unit)
+    label = "%" if u in FRACTION_UNITS else u
+    return f"{scaled(value, u)} {label}".strip()
 
 
 def byte_size(value: Any) -> str:

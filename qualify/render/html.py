@@ -14,7 +14,7 @@ from qualify import __version__
 from qualify.registry import GateKindRegistry
 from qualify.render import view
 from qualify.render.blocks import Figure, Summary
-from qualify.render.fmt import as_list, as_text, ci, number
+from qualify.render.fmt import MISSING, as_list, as_text, ci, number, with_unit
 from qualify.render.html_parts import code, esc, status_badge, table
 from qualify.render.html_provenance import provenance_section
 from qualify.render.kind_blocks import KindBlocks, kind_blocks
@@ -46,8 +46,7 @@ def _header(src: RenderInput) -> str:
         f"<div class='badge {'v-PASS' if is_release else 'v-INCOMPLETE'}'>"
         f"{'release' if is_release else 'not a release'}<small>{esc(release.get('reason'))}</small></div>",
         "</div>",
-        f"<p>{counts['passed']} passed, {counts['failed']} failed, {counts['skipped']} not run (skipped), "
-        f"{counts['error']} errors — {counts['total']} items.</p>",
+        f"<p id='counts'>{esc(view.counts_line(counts))}</p>",
     ]
     if sig.state is SignatureState.INVALID:
         parts.append(
@@ -74,13 +73,14 @@ def _check_cells(row: view.CheckRow) -> list[str]:
     if c is None:
         return [*item, f"<em>{esc(row.reason or 'no checks recorded')}</em>", *[""] * 7]
     outcome = view.check_outcome(c)
+    unit = as_text(c.get("unit"))
     return [
         *item,
         esc(c.get("name")),
-        esc(f"{number(c.get('observed'))} {as_text(c.get('unit'))}".strip()),
-        esc(f"{as_text(c.get('operator'))} {number(c.get('threshold'))}"),
-        esc(number(c.get("decided_on"))),
-        esc(ci(c.get("ci_low"), c.get("ci_high"))),
+        esc(with_unit(c.get("observed"), unit)),
+        esc(f"{as_text(c.get('operator'))} {with_unit(c.get('threshold'), unit)}"),
+        esc(with_unit(c.get("decided_on"), unit) if c.get("decided_on") is not None else MISSING),
+        esc(ci(c.get("ci_low"), c.get("ci_high"), unit=unit)),
         esc(number(c.get("n"))),
         esc(c.get("statistic")),
         status_badge(outcome),
@@ -113,7 +113,7 @@ def _gates(report: dict[str, Any], replaced: Sequence[str]) -> str:
             f"<a href='#gate-{i}'>{esc(g.gate_id)}</a>",
             code(g.kind),
             status_badge(g.status),
-            *(esc(g.count(s)) for s in ("passed", "failed", "skipped", "error")),
+            *(esc(g.count(s)) for s in view.STATUSES),
         ]
         for i, g in enumerate(gates)
     ]
@@ -121,7 +121,7 @@ def _gates(report: dict[str, Any], replaced: Sequence[str]) -> str:
     if not gates:
         parts.append("<p class='warning'>The report holds no items: nothing was shown.</p>")
     else:
-        parts.append(table(["gate", "kind", "status", "passed", "failed", "not run", "errors"], overview))
+        parts.append(table(["gate", "kind", "status", *view.STATUS_HEADERS], overview))
     parts += [_gate_section(i, g, replaced) for i, g in enumerate(gates)]
     parts.append("</section>")
     return "".join(parts)

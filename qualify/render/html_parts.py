@@ -20,7 +20,7 @@ def code(value: Any) -> str:
 
 
 def status_badge(status: str) -> str:
-    label = {"skipped": "not run (skipped)"}.get(status, status)
+    label = {"skipped": "not run (skipped)", "incomplete": "incomplete (vacuous/underpowered)"}.get(status, status)
     return f"<span class='status {esc(status)}'>{esc(label)}</span>"
 
 

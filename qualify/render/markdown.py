@@ -15,7 +15,7 @@ from typing import Any
 from qualify.registry import GateKindRegistry
 from qualify.render import view
 from qualify.render.blocks import Summary
-from qualify.render.fmt import MISSING, as_text, ci, number
+from qualify.render.fmt import MISSING, as_text, ci, with_unit
 from qualify.render.kind_blocks import kind_blocks
 from qualify.render.source import RenderInput, SignatureState
 
@@ -25,7 +25,14 @@ MAX_ROWS = 60
 # Inline emphasis, code, links and table cells; headings and lists cannot start mid-line.
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|~])")
 _ICON = {"PASS": "✅", "FAIL": "❌", "INCOMPLETE": "⚠️", "UNKNOWN": "❓"}
-_STATUS = {"passed": "✅ passed", "failed": "❌ failed", "skipped": "⏭️ not run", "error": "💥 error"}
+_STATUS = {
+    "passed": "✅ passed",
+    "failed": "❌ failed",
+    "skipped": "⏭️ not run",
+    "error": "💥 error",
+    "deselected": "⏭️ deselected",
+    "incomplete": "⚠️ vacuous/underpowered",
+}
 _SIG_ICON = {
     SignatureState.VALID: "🔏",
     SignatureState.INVALID: "⛔",
@@ -58,8 +65,7 @@ def _header(src: RenderInput) -> str:
         f"{_SIG_ICON[src.signature.state]} {md(src.signature.label, 600)}",
         "",
         f"**{'Release' if release.get('is_release') is True else 'Not a release'}**: {md(release.get('reason'))}  ",
-        f"{c['passed']} passed, {c['failed']} failed, {c['skipped']} not run (skipped), {c['error']} errors "
-        f"of {c['total']} items.",
+        md(view.counts_line(c)),
     ]
     if src.signature.state is SignatureState.INVALID:
         lines += ["", "> [!CAUTION]", "> The signature does not verify: do not sign off on this report."]
@@ -72,7 +78,7 @@ def _header(src: RenderInput) -> str:
 
 
 def _outcome(check: dict[str, Any]) -> str:
-    interval = ci(check.get("ci_low"), check.get("ci_high"))
+    interval = ci(check.get("ci_low"), check.get("ci_high"), unit=as_text(check.get("unit")))
     return view.check_outcome(check) + ("" if interval == MISSING else f" CI {md(interval)}")
 
 
@@ -80,12 +86,12 @@ def _check_summary(row: view.CheckRow) -> list[str]:
     c = row.check
     if c is None:
         return [md(row.item), _STATUS[row.status], "", "", "", md(row.reason or "no checks recorded")]
-    bound = f"{as_text(c.get('operator'))} {number(c.get('threshold'))}"
+    bound = f"{as_text(c.get('operator'))} {with_unit(c.get('threshold'), c.get('unit'))}"
     return [
         md(row.item),
         _STATUS[row.status],
         md(c.get("name")),
-        md(f"{number(c.get('observed'))} {as_text(c.get('unit'))}".strip()),
+        md(with_unit(c.get("observed"), c.get("unit"))),
         md(bound),
         _outcome(c),
     ]
@@ -114,7 +120,7 @@ def render_markdown(src: RenderInput, budget: int = DEFAULT_BUDGET, registry: Ga
             md(g.gate_id),
             md(g.kind),
             _STATUS[g.status],
-            *(str(g.count(s)) for s in ("passed", "failed", "skipped", "error")),
+            *(str(g.count(s)) for s in view.STATUSES),
         ]
         for g in gates
     ]
@@ -126,7 +132,7 @@ def render_markdown(src: RenderInput, budget: int = DEFAULT_BUDGET, registry: Ga
     )
     fixed = [
         _header(src),
-        "### Gates\n\n" + _table(["gate", "kind", "status", "passed", "failed", "not run", "errors"], overview),
+        "### Gates\n\n" + _table(["gate", "kind", "status", *view.STATUS_HEADERS], overview),
     ]
     summaries = "\n".join(t for t in (_summary(s) for s in kind_blocks(report, registry).summaries) if t)
     used = sum(len(p.encode()) for p in (*fixed, summaries, footer)) + 200

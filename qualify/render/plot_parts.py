@@ -14,7 +14,7 @@ from qualify.render.view import item_status
 
 def not_run_label(item: dict[str, Any]) -> str:
     status = item_status(item)
-    return "error" if status == "error" else "not run" if status == "skipped" else "no data"
+    return "error" if status == "error" else "not run" if status in ("skipped", "deselected") else "no data"
 
 
 def short(s: str, n: int) -> str:

@@ -15,10 +15,10 @@ import jsonschema
 
 from qualify.errors import QualifyError, SigningError
 from qualify.hashing import sha256_bytes, sha256_file
+from qualify.json_limits import MAX_ENVELOPE_BYTES, TooLarge, check_depth, read_bounded
 from qualify.report.build import REPORT_FORMAT
 from qualify.report.schema import schema_for
 from qualify.signing import dsse
-from qualify.signing._json import MAX_ENVELOPE_BYTES, TooLarge, check_depth, read_bounded
 from qualify.signing.keys import load_public_key
 
 _MAX_SCHEMA_ERRORS = 5

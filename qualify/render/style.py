@@ -24,7 +24,7 @@ thead th { background: var(--bg-soft); } td.num { text-align: right; font-varian
 .status { font-weight: 700; border-radius: 4px; padding: 1px 6px; color: #fff; white-space: nowrap; }
 .status.passed, .status.pass { background: var(--pass); } .status.failed, .status.fail { background: var(--fail); }
 .status.skipped { background: var(--none); } .status.error { background: var(--err); }
-.status.inconclusive { background: var(--warn); }
+.status.inconclusive, .status.incomplete { background: var(--warn); } .status.deselected { background: var(--none); }
 .protects { color: #59636e; margin: 0 0 6px; }
 .kv th { width: 14em; background: var(--bg-soft); }
 figure { margin: 8px 0 20px; } figcaption { color: #59636e; font-size: 0.85rem; }

@@ -13,7 +13,12 @@ from typing import Any
 from qualify.render.fmt import as_float, as_list, as_text
 
 # Worst first: a gate takes the worst status of its items, so one skipped cell cannot hide behind passes.
-_STATUS_RANK = {"error": 0, "failed": 1, "skipped": 2, "passed": 3}
+_STATUS_RANK = {"error": 0, "failed": 1, "incomplete": 2, "deselected": 3, "skipped": 4, "passed": 5}
+# Item statuses in the order the count columns show them.
+STATUSES = ("passed", "failed", "error", "incomplete", "skipped", "deselected")
+# Statuses of items that ran (an incomplete item ran, but no check of it could have failed).
+_RAN = ("passed", "failed", "error", "incomplete")
+STATUS_HEADERS = ("passed", "failed", "errors", "vacuous/underpowered", "skipped", "deselected")
 
 
 def item_status(item: dict[str, Any]) -> str:
@@ -128,9 +133,19 @@ def item_tables(gate: GateView, replaced: Sequence[str] = ()) -> list[dict[str, 
 def counts(report: dict[str, Any]) -> dict[str, int]:
     """Counts recomputed from the items, so a report whose `counts` disagree cannot flatter itself."""
     statuses = [item_status(i) for i in items(report)]
-    out = {s: statuses.count(s) for s in ("passed", "failed", "skipped", "error")}
+    out = {s: statuses.count(s) for s in STATUSES}
+    out["ran"] = sum(out[s] for s in _RAN)
     out["total"] = len(statuses)
     return out
+
+
+def counts_line(c: dict[str, int]) -> str:
+    """The first-screen tally: what ran, what could not have failed, and what never ran (skipped or deselected)."""
+    return (
+        f"{c['ran']} ran ({c['passed']} passed, {c['failed']} failed, {c['error']} errors, "
+        f"{c['incomplete']} vacuous or underpowered); {c['skipped']} skipped; {c['deselected']} deselected "
+        f"— {c['total']} items."
+    )
 
 
 def verdict(report: dict[str, Any]) -> str:
@@ -147,6 +162,6 @@ def computed_verdict(report: dict[str, Any]) -> str:
     statuses = [item_status(i) for i in items(report)]
     if any(s in ("failed", "error") for s in statuses):
         return "FAIL"
-    if not statuses or "skipped" in statuses:
+    if not statuses or any(s != "passed" for s in statuses):
         return "INCOMPLETE"
     return "PASS"

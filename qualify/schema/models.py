@@ -16,9 +16,13 @@ VARIABLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
 
 
 class StrictModel(BaseModel):
-    """Base of every gate-file model: no extra keys, no silent type coercion."""
+    """Base of every gate-file model: no extra keys, no silent type coercion, no infinite or NaN number.
 
-    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    A `.inf` or `.nan` threshold compares so that the gate can never fail (or never decide), so every float a
+    gate file declares must be finite; pydantic then reports it at its place like any other field error.
+    """
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 
 
 class KindParams(StrictModel):

@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from qualify.errors import SigningError
 from qualify.hashing import sha256_file
+from qualify.json_limits import TooLarge, canonical_json, read_bounded
 from qualify.signing import dsse
-from qualify.signing._json import TooLarge, canonical_json, read_bounded
 from qualify.signing.dsse import VerifiedStatement
 from qualify.signing.intoto import Subject, build_statement
 from qualify.signing.keys import load_public_key

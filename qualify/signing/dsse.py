@@ -18,7 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from qualify.errors import SigningError
-from qualify.signing._json import MAX_ENVELOPE_BYTES, TooLarge, canonical_json, describe, strict_loads
+from qualify.json_limits import MAX_ENVELOPE_BYTES, TooLarge, canonical_json, describe, strict_loads
 from qualify.signing.intoto import Statement
 from qualify.signing.keys import key_id
 

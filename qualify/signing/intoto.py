@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from qualify.errors import SigningError
 from qualify.hashing import sha256_bytes, sha256_file
-from qualify.signing._json import canonical_json, describe
+from qualify.json_limits import canonical_json, describe
 
 STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE: Final = "https://cartridge-qualify.dev/qualification-report/v1"

@@ -69,6 +69,14 @@ def test_vllm_backend_refuses_mixed_layouts(tmp_path: Path) -> None:
 
 def test_shipped_gate_file_lints(tmp_path: Path) -> None:
     root = Path(__file__).resolve().parents[2]
-    compiled = compile_gate_file(root / "gates" / "accuracy.yaml", default_registry())
+    compiled = compile_gate_file(root / "gates" / "slow" / "accuracy.yaml", default_registry())
     names = {i.name for i in compiled.items}
     assert {"accuracy-smoke[mmlu-K8/V8]", "accuracy-smoke[gsm8k-K16/V8]"} <= names
+
+
+def test_default_gate_set_holds_no_smoke_accuracy_gate() -> None:
+    """`qualify run` with no files takes gates/*.yaml; an underpowered smoke gate there could never PASS."""
+    root = Path(__file__).resolve().parents[2]
+    for path in sorted((root / "gates").glob("*.yaml")):
+        for item in compile_gate_file(path, default_registry()).items:
+            assert not getattr(item.params, "allow_underpowered", False), f"{path.name}: {item.name} is a smoke test"

@@ -137,10 +137,17 @@ def test_reports_are_never_overwritten(tmp_path: Path) -> None:
     assert (tmp_path / "out" / "r.json").read_bytes() == before
 
 
-def test_k_selects_items_and_deselected_items_are_not_reported(tmp_path: Path) -> None:
+def test_k_selects_items_and_deselected_items_are_reported_not_passed(tmp_path: Path) -> None:
     code, out = run(tmp_path, gate_file(tmp_path, 1.5), "-k", "0.25")
-    assert code == 0
-    assert [i["name"] for i in load(out)["items"]] == ["bound[0.25]"]
+    assert code == 0  # INCOMPLETE without --strict
+    report = load(out)
+    by_name = {i["name"]: i for i in report["items"]}
+    assert by_name["bound[0.25]"]["status"] == "passed"
+    assert by_name["bound[1.5]"]["status"] == "deselected"
+    assert by_name["bound[1.5]"]["reason"] == "deselected by -k 0.25"
+    assert report["verdict"] == "INCOMPLETE"
+    assert report["counts"]["deselected"] == 1 and report["counts"]["total"] == 2
+    jsonschema.validate(report, json.loads(SCHEMA_PATH.read_text()))
 
 
 def test_lint_exit_codes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

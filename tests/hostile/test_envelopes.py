@@ -11,8 +11,8 @@ from _hostile import QUICK_S, assert_clean_error, qualify, snapshot
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from qualify.cli import main
+from qualify.json_limits import MAX_ENVELOPE_BYTES, MAX_JSON_DEPTH
 from qualify.signing import dsse
-from qualify.signing._json import MAX_ENVELOPE_BYTES, MAX_JSON_DEPTH
 from qualify.signing.keys import load_private_key
 
 DEEP = b"[" * 100_000 + b"]" * 100_000

@@ -64,6 +64,8 @@ def test_default_style_gate_passes_and_reports_every_layout(tmp_path: Path) -> N
     assert m["reference"]["n_items"] == 12 and len(m["per_item"]["ids"]) == 12
     assert {i["role"] for i in report["inputs"]} >= {"cartridge", "cartridge-manifest", "eval-set", "model-weights"}
     assert [r["layout"] for r in m["payload"]] == ["K16/V16", "K16/V8", "K8/V16", "K8/V8"]
+    # Relative increases are stored as fractions (0.0013 is 0.13 %), labelled so, never as "%".
+    assert {c["unit"] for c in item["checks"]} == {"fraction", "nats"}
 
 
 def test_a_control_that_cannot_fire_makes_the_item_an_error_with_its_numbers(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""qualify.serve's glue against vLLM 0.26's own classes, on CPU: skipped where vLLM is not installed.
+"""qualify.serve's glue against vLLM 0.26's own classes (compiled on CUDA, interpreted on CPU); skipped without vLLM.
 
 The check runs as a script in a fresh process, because the Triton interpreter must be switched on before
 triton's first import (see vllm_glue_check.py for what it checks).
@@ -20,11 +20,17 @@ ROOT = HERE.parents[1]
 
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="needs vLLM 0.26 (the serve extra)")
 def test_backend_and_connector_glue_against_vllm_classes(test_seed: int) -> None:
-    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    import torch
+
+    # On a GPU host the check runs the compiled kernel (what ships); elsewhere the Triton interpreter.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "kernels"), env.get("PYTHONPATH", "")])
     seed = str(test_seed)
     proc = subprocess.run(
-        [sys.executable, str(HERE / "vllm_glue_check.py"), seed],
+        [sys.executable, str(HERE / "vllm_glue_check.py"), seed, device],
         env=env,
         capture_output=True,
         text=True,

@@ -1,6 +1,7 @@
-"""The vLLM-side glue of qualify.serve against vLLM 0.26's real classes, on CPU (Triton interpreter).
+"""The vLLM-side glue of qualify.serve against vLLM 0.26's real classes: compiled on CUDA, interpreted on CPU.
 
-Run as a script in a process where TRITON_INTERPRET=1 precedes triton's import (test_vllm_glue.py does):
+Run as a script (test_vllm_glue.py does): `vllm_glue_check.py SEED cuda` runs the compiled kernel on the GPU, what
+ships; `vllm_glue_check.py SEED cpu` needs TRITON_INTERPRET=1 set before triton's first import.
 
 * shared mode: `CartridgeMetadataBuilder` + `CartridgeAttentionImpl` serve a prefill step then a decode step
   of two requests through a vLLM-layout paged cache (logical (blocks, H_kv, block, 2 * D), NHD in memory), and
@@ -64,7 +65,7 @@ def fail(msg: str) -> None:
     sys.exit(1)
 
 
-def check_shared(tmp: Path, live_v: str, gen: torch.Generator) -> None:
+def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device) -> None:
     from vllm.v1.attention.backend import CommonAttentionMetadata
 
     from qualify.cartridge.io import load_cartridge
@@ -74,12 +75,12 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator) -> None:
     write_cartridge(path, gen)
     cart = load_cartridge(path)
     cfg = vllm_config("shared", path, live_v)
-    builder = CartridgeMetadataBuilder(None, list(reversed(NAMES)), cfg, torch.device("cpu"))
+    builder = CartridgeMetadataBuilder(None, list(reversed(NAMES)), cfg, dev)
     impl = CartridgeAttentionImpl(H_Q, D, 1 / math.sqrt(D), H_KV)
     n_blocks = 12
-    raw = [torch.full((n_blocks, BS, H_KV, 2 * D), float("nan"), dtype=torch.bfloat16) for _ in NAMES]
+    raw = [torch.full((n_blocks, BS, H_KV, 2 * D), float("nan"), dtype=torch.bfloat16, device=dev) for _ in NAMES]
     kv = [r.permute(0, 2, 1, 3) for r in raw]  # logical (blocks, H_kv, block, 2D), NHD in memory
-    table = torch.tensor([[7, 2, 0, 0], [4, 9, 0, 0], [0, 0, 0, 0]], dtype=torch.int32)
+    table = torch.tensor([[7, 2, 0, 0], [4, 9, 0, 0], [0, 0, 0, 0]], dtype=torch.int32, device=dev)
     live_k = [[[] for _ in range(2)] for _ in NAMES]
     live_v_hist = [[[] for _ in range(2)] for _ in NAMES]
     for q_lens, start in (([5, 3], [0, 0]), ([1, 1], [5, 3])):
@@ -91,15 +92,15 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator) -> None:
                 slots.append(int(table[b, pos // BS]) * BS + pos % BS)
         n = int(qsl[-1])
         m = CommonAttentionMetadata(
-            query_start_loc=qsl,
+            query_start_loc=qsl.to(dev),
             query_start_loc_cpu=qsl.clone(),
-            seq_lens=torch.tensor(seq, dtype=torch.int32),
+            seq_lens=torch.tensor(seq, dtype=torch.int32, device=dev),
             num_reqs=2,
             num_actual_tokens=n,
             max_query_len=max(q_lens),
             max_seq_len=max(seq),
             block_table_tensor=table[:2],
-            slot_mapping=torch.tensor([*slots, -1, -1], dtype=torch.int64),
+            slot_mapping=torch.tensor([*slots, -1, -1], dtype=torch.int64, device=dev),
         )
         md = builder.build(0, m)
         for li, name in enumerate(NAMES):
@@ -111,9 +112,9 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator) -> None:
                 # wrong for some inputs (a Triton bug), so this CPU check avoids rounding altogether.
                 v = (v * 2).to(torch.float8_e4m3fn).float() * 0.5
             v = v.bfloat16()
-            out = torch.full((n + 2, H_Q, D), float("nan"), dtype=torch.bfloat16)
+            out = torch.full((n + 2, H_Q, D), float("nan"), dtype=torch.bfloat16, device=dev)
             layer = SimpleNamespace(layer_name=name, _v_scale_float=0.5)
-            impl.forward(layer, q, k, v, kv[li], md, out)
+            impl.forward(layer, q.to(dev), k.to(dev), v.to(dev), kv[li], md, out)
             row = 0
             for b, ql in enumerate(q_lens):
                 live_k[li][b].append(k[row : row + ql].float())
@@ -125,7 +126,7 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator) -> None:
                 cv = cart.values[li].bfloat16()
                 if builder.cfg.cartridge_value_dtype == "fp8_e4m3":
                     cl = builder.cartridge[name]
-                    cv = cl.v.float() * cl.v_scale[None, :, None]
+                    cv = (cl.v.float() * cl.v_scale[None, :, None]).cpu()
                 keys = torch.cat([ck, *live_k[li][b]])
                 vals = torch.cat([cv.float(), *live_v_hist[li][b]])
                 total = keys.shape[0]
@@ -135,7 +136,7 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator) -> None:
                         g = h // (H_Q // H_KV)
                         s = (keys[:visible, g] @ q[row + t, h].float()) / math.sqrt(D)
                         want = torch.softmax(s, 0) @ vals[:visible, g]
-                        got = out[row + t, h].float()
+                        got = out[row + t, h].float().cpu()
                         err = float((got - want).norm() / want.norm())
                         if not err < 2e-2:
                             fail(f"shared live_v={live_v} layer {li} request {b} query {t} head {h}: rel err {err:.3g}")
@@ -145,7 +146,7 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator) -> None:
     print(f"shared ({live_v} live V): prefill + decode match the fp32 reference")
 
 
-def check_inject(tmp: Path, gen: torch.Generator) -> None:
+def check_inject(tmp: Path, gen: torch.Generator, dev: torch.device) -> None:
     from vllm.distributed.kv_transfer.kv_connector.v1.base import KVConnectorRole
 
     from qualify.cartridge.io import load_cartridge
@@ -181,12 +182,12 @@ def check_inject(tmp: Path, gen: torch.Generator) -> None:
     except QualifyError:
         pass
     worker = CartridgeInjectConnector(cfg, KVConnectorRole.WORKER, None)
-    raw = {n: torch.full((8, BS, H_KV, 2 * D), float("nan"), dtype=torch.bfloat16) for n in NAMES}
+    raw = {n: torch.full((8, BS, H_KV, 2 * D), float("nan"), dtype=torch.bfloat16, device=dev) for n in NAMES}
     worker.register_kv_caches({n: r.permute(0, 2, 1, 3) for n, r in raw.items()})
     worker.bind_connector_metadata(meta)
     worker.start_load_kv(SimpleNamespace(no_compile_layers={}))
     for li, n in enumerate(NAMES):
-        r = raw[n]
+        r = raw[n].cpu()
         for pos in range(T_C):
             blk, off = [6, 1][pos // BS], pos % BS
             if not torch.equal(r[blk, off, :, :D], cart.keys[li][pos].bfloat16()):
@@ -202,19 +203,22 @@ def check_inject(tmp: Path, gen: torch.Generator) -> None:
 
 
 def main() -> int:
-    import triton  # noqa: F401  (after TRITON_INTERPRET=1)
+    import triton  # noqa: F401  (after TRITON_INTERPRET=1 where it is set)
     from cartridge_attn.api import interpreter_usable
 
-    if not interpreter_usable():
-        fail("needs TRITON_INTERPRET=1 set before triton's first import")
+    dev = torch.device(sys.argv[2] if len(sys.argv) > 2 else "cpu")
+    if dev.type == "cpu" and not interpreter_usable():
+        fail("the CPU check needs TRITON_INTERPRET=1 set before triton's first import")
+    if dev.type == "cuda" and interpreter_usable():
+        fail("the CUDA check runs the compiled kernel: unset TRITON_INTERPRET")
     from qualify.serve.plugin import register
 
     register()
     gen = torch.Generator().manual_seed(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
     with tempfile.TemporaryDirectory() as tmp:
-        check_shared(Path(tmp), "bfloat16", gen)
-        check_shared(Path(tmp), "fp8_e4m3", gen)
-        check_inject(Path(tmp), gen)
+        check_shared(Path(tmp), "bfloat16", gen, dev)
+        check_shared(Path(tmp), "fp8_e4m3", gen, dev)
+        check_inject(Path(tmp), gen, dev)
     print("OK")
     return 0
 

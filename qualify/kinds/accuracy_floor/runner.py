@@ -267,4 +267,5 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
         inputs=_inputs(ctx, request, spec),
         parameters=params.report_parameters(),
         notes=notes,
+        shortfalls=list(result.shortfalls),
     )

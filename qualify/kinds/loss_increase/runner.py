@@ -68,7 +68,7 @@ def _check(r: LayoutResult, bound: float, params: LossIncreaseParams, n: int) ->
         ci_low=r.ci_low,
         ci_high=r.ci_high,
         decided_on=r.ci_high if params.decide_on == "ci" else r.rel_increase,
-        unit="%",
+        unit="fraction",
     )
 
 
@@ -78,7 +78,7 @@ def _control_check(cmp: LayoutComparison, params: LossIncreaseParams, seed: int)
     n = cmp.reference.n_items
     pct = round(params.confidence * 100)
     if control.metric == "rel_increase":
-        observed, low, high, unit = r.rel_increase, r.ci_low, r.ci_high, "%"
+        observed, low, high, unit = r.rel_increase, r.ci_low, r.ci_high, "fraction"
         statistic = f"relative eval-loss increase; paired bootstrap {pct}% CI over sequences"
     else:
         scores = next(s for s in cmp.items.by_layout if s.layout.value == control.layout)

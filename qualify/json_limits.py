@@ -1,4 +1,4 @@
-"""The one JSON dialect signing emits and accepts.
+"""The one JSON dialect signing emits and accepts, and the size and depth bounds every JSON reader applies.
 
 Emitting: sorted keys, no insignificant whitespace, UTF-8, no NaN/Infinity, so the same report always
 yields the same bytes (and digest). Accepting: standard JSON only, and no duplicate object keys,
