@@ -81,6 +81,8 @@ def table(results: list[WorkResult]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for metric_name, (_, suffixes) in PHASES.items():
         by_impl = {r.implementation: r for r in results if r.cells and r.cells[0].metric == metric_name}
+        if not by_impl:  # a phase left out with --only
+            continue
         for suffix in suffixes:
             for batch in BATCHES:
                 row: list[str] = [metric(metric_name).phase, str(batch), str(suffix)]
