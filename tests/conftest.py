@@ -21,8 +21,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 from _seeding import SEED_ENV, derived_seed, session_seed, start_test
+
+try:
+    import torch
+except ImportError:  # nox -s signoff runs the browser test in a venv without torch
+    torch = None
 
 pytest_plugins = ["pytester"]
 
@@ -74,7 +78,8 @@ def _seed_global_rngs(test_seed: int) -> Iterator[None]:
     start_test(test_seed)  # for _seeding.seeded_rng(), which helpers without fixtures use
     random.seed(test_seed)
     np.random.seed(test_seed)  # the legacy global, for code that still draws from it
-    torch.manual_seed(test_seed)  # also seeds every CUDA device
+    if torch is not None:
+        torch.manual_seed(test_seed)  # also seeds every CUDA device
     yield
 
 
