@@ -31,7 +31,7 @@ DEFAULT_GATES_DIR = "gates"
 
 
 def _default_gate_files() -> list[Path]:
-    # The files directly in gates/. Its subfolders (gpu/, examples/) hold gate files that run only when named:
+    # The files directly in gates/. Its subfolders (gpu/, examples/, slow/) hold gate files that run only when named:
     # a slowed-candidate check that must fail, a smoke test that certifies nothing.
     return [f for f in sorted(Path(DEFAULT_GATES_DIR).glob("*.y*ml")) if looks_like_gate_file(f)]
 

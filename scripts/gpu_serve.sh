@@ -23,7 +23,6 @@ log() { echo "=== $(date +%T) $*"; }
 
 vllm_env() {
   source .vllm/setup.sh || return 1
-  export PYTHONPATH="$PWD:$PWD/kernels:$PYTHONPATH"
   # vLLM finds its general plugin, and qualify its gate kinds, through the project's entry points: install the
   # project (editable, no dependencies: the host cannot download) so that both come from pyproject.toml.
   python3 -m pip show -q cartridge-qualify >/dev/null 2>&1 ||

@@ -16,10 +16,11 @@ from pathlib import Path
 from typing import Any
 
 from qualify.perf.spec import WorkResult
+from qualify.serve.layouts import LAYOUTS
 from qualify.stats.ratio import median_ratio_ci
 
 REFERENCES = ("bf16-inject", "global-fp8")
-ORDER = ("bf16-inject", "global-fp8", "shared-k16v8", "shared-k16v8-live-fp8", "shared-k16v16")
+ORDER = tuple(LAYOUTS)  # the serving layouts in their declared order
 
 
 def load_runs(runs_dir: Path) -> dict[str, WorkResult]:

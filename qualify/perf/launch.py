@@ -16,11 +16,9 @@ from qualify.perf.spec import WorkRequest, WorkResult
 
 
 def _env() -> dict[str, str]:
-    # The worker imports this package and the kernel package from the same tree as the parent.
-    root = Path(__file__).resolve().parents[2]
-    paths = [str(root), *([str(root / "kernels")] if (root / "kernels").is_dir() else [])]
+    # Same interpreter, same environment: the worker imports qualify and cartridge_attn from wherever the
+    # parent did (the installed project; its entry points are how the parent found its gate kinds at all).
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([*paths, *filter(None, [env.get("PYTHONPATH")])])
     env.setdefault("PYTHONUNBUFFERED", "1")
     return env
 

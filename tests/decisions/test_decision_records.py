@@ -83,7 +83,8 @@ def test_perf_cell_records_threshold_table_and_measurements(rng: np.random.Gener
     assert m["timing_method"] == {"candidate": "ev", "baseline": "ws"}
     assert m["baseline_process_samples"] == base.groups and m["candidate_process_samples"] == cand.groups
     assert out.table.title == "perf: candidate vs baseline"
-    assert out.table.columns == TABLE_COLUMNS
+    assert out.table.columns == TABLE_COLUMNS and "threshold" not in TABLE_COLUMNS
+    assert "threshold" not in m  # the check states the bound, once
     assert len(out.table.rows) == 1 and out.table.rows[0][:5] == ["ttft_proxy_ms", 4, 256, "cand", "base"]
     assert out.table.rows[0][-2:] == [m["decision"], m["outcome"]]
 

@@ -84,11 +84,12 @@ def test_tolerance_threshold_accepts_a_small_regression_only_when_shown_within_i
 
 def test_measurements_have_the_documented_schema() -> None:
     m = cmp(TOK, side("cand", 150, 0.01, 1), side("base", 100, 0.01, 2)).measurements
-    for key in ("metric", "batch", "candidate", "baseline", "ratio", "ci_low", "ci_high", "threshold", "direction",
+    for key in ("metric", "batch", "candidate", "baseline", "ratio", "ci_low", "ci_high", "direction",
                 "outcome", "ci_method", "ci_method_requested", "ci_df", "ci_fallback", "ci_description",
                 "candidate_samples", "baseline_samples", "candidate_median", "baseline_median", "unit", "bytes_moved",
                 "pct_peak_bw", "clocks", "ncu"):  # fmt: skip
         assert key in m, key
+    assert "threshold" not in m  # stated once, by the check
     assert m["candidate_median"] == pytest.approx(float(np.median(m["candidate_samples"])))
     assert m["processes"] == {"candidate": 3, "baseline": 3}
     assert len(m["candidate_process_samples"]) == 3 and len(m["candidate_samples"]) == 15

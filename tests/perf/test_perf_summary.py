@@ -10,7 +10,8 @@ from typing import Any
 import numpy as np
 from _seeding import seeded_rng
 
-from qualify.kinds.perf_nonregression.summary import ci_label, main, run_to_run, table_rows
+from qualify.cli import main
+from qualify.kinds.perf_nonregression.summary import ci_label, run_to_run, table_rows
 from qualify.perf.compare import CellKey, Side, compare_cell
 from qualify.perf.metrics import metric
 
@@ -51,9 +52,9 @@ def test_run_to_run_reads_the_process_level_cis_and_flags_a_moved_ratio(tmp_path
     for name, r in (("r1", report({"a": first})), ("r2", report({"a": same}))):
         paths.append(tmp_path / f"{name}.json")
         paths[-1].write_text(json.dumps(r))
-    assert main([str(p) for p in paths]) == 0
+    assert main(["perf-summary", *(str(p) for p in paths)]) == 0
     (tmp_path / "r3.json").write_text(json.dumps(report({"a": moved})))
-    assert main([str(paths[0]), str(tmp_path / "r3.json")]) == 1
+    assert main(["perf-summary", str(paths[0]), str(tmp_path / "r3.json")]) == 1
 
 
 def test_the_table_shows_processes_x_repetitions_also_for_an_old_report() -> None:

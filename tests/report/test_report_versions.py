@@ -82,3 +82,29 @@ def test_perf_summary_reads_thresholds_from_the_checks_of_a_version_1_report() -
             op = ">=" if item["measurements"]["direction"] == "higher" else "<="
             assert rows[item["name"]][10] == f"{op} {item['checks'][0]['threshold']:.4g}"
             assert item["checks"][0]["threshold"] == item["measurements"]["threshold"]
+
+
+RESULTS = Path(__file__).parents[2] / "results"
+SIGNED_V1 = [  # (envelope, public key) of version-1 runs recorded before the format change
+    ("2026-11-29-numerics-h200/numerics-h200.dsse.json", "2026-11-29-numerics-h200/numerics-h200.pub.pem"),
+    ("2026-12-01-perf-h200-process-t/run1.dsse.json", "2026-12-01-perf-h200-process-t/run1-signing-key.pub.pem"),
+]
+
+
+@pytest.mark.parametrize(("envelope", "key"), SIGNED_V1, ids=lambda p: p.split("/")[0])
+def test_signed_version_1_envelopes_still_verify_and_render(
+    envelope: str, key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    env, pub = RESULTS / envelope, RESULTS / key
+    assert main(["verify", str(env), "--key", str(pub)]) == 0
+    assert "OK:" in capsys.readouterr().out
+    page = tmp_path / "page.html"
+    assert main(["render", str(env), "--key", str(pub), "-o", str(page)]) == 0
+    html = page.read_text()
+    assert "signature: valid (key id" in html
+    # A byte changed in the payload breaks the signature for both commands.
+    doc = json.loads(env.read_text())
+    doc["payload"] = doc["payload"][:-8] + ("A" if doc["payload"][-8] != "A" else "B") + doc["payload"][-7:]
+    tampered = tmp_path / "tampered.dsse.json"
+    tampered.write_text(json.dumps(doc))
+    assert main(["verify", str(tampered), "--key", str(pub)]) == 1

@@ -231,8 +231,7 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
         strict=ctx.strict,
         ci_method=p.timing.ci_method,
     )
-    # The threshold is the check's; the report states it there only.
-    measurements = {k: v for k, v in comparison.measurements.items() if k != "threshold"}
+    measurements = dict(comparison.measurements)  # the threshold is the check's alone
     if measurements["ci_fallback"] and p.timing.processes > 1:
         notes.append(
             f"ci_method {p.timing.ci_method} not used: {measurements['ci_fallback']}; the CI is the "

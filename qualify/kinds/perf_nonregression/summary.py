@@ -10,7 +10,6 @@ every version records it).
 
 from __future__ import annotations
 
-import argparse
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -161,12 +160,3 @@ def summarize(paths: Sequence[Path]) -> int:
     bad = [p.item for p in pairs if not p.consistent]
     print(f"{len(pairs) - len(bad)}/{len(pairs)} items consistent" + (f"; not: {', '.join(bad)}" if bad else ""))
     return 1 if bad or not pairs else 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="qualify perf-summary", description=__doc__.split("\n\n")[0])
-    ap.add_argument("reports", nargs="+", type=Path, help="plain report JSON files (one or two)")
-    args = ap.parse_args(argv)
-    if len(args.reports) > 2:
-        ap.error("one or two reports")
-    return summarize(args.reports)

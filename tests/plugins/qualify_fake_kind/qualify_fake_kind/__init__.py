@@ -1,7 +1,8 @@
 """Gate kind `compare`: a value must stay within a limit. Test-only; the worked example of a plug-in kind.
 
-The whole kind: fields (`CompareParams`), typed measurements (`CompareMeasurements`), a runner (`run`) and the
-spec that names them. It has no render hook, so the sign-off page shows its items in the generic gate tables.
+The whole kind: fields (`CompareParams`) with a lint rule (`lint`), typed measurements (`CompareMeasurements`),
+a runner (`run`), a render hook (`qualify_fake_kind.render:RENDER`, imported only when a page is drawn) and the
+spec that names them.
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from typing import Any, ClassVar, Literal
 from qualify.compile import GateItem
 from qualify.context import RunContext
 from qualify.hashing import sha256_file
-from qualify.registry import GateKindSpec
+from qualify.registry import GateKindSpec, LintIssue
 from qualify.results import Check, InputRef, ItemOutcome
 from qualify.schema.models import KindParams, MeasurementModel
 
@@ -27,6 +28,15 @@ class CompareParams(KindParams):
 
 class CompareMeasurements(MeasurementModel):
     value: float
+
+
+def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
+    """Cross-field rules that the field types cannot say: the input file must exist where the gate names it."""
+    assert isinstance(params, CompareParams)
+    resolve = getattr(gate_file, "resolve", None)
+    if params.file and resolve is not None and not resolve(params.file).is_file():
+        return [LintIssue(("file",), f"{params.file!r} is not a file (paths are relative to the gate file)")]
+    return []
 
 
 def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
@@ -50,4 +60,6 @@ SPEC = GateKindSpec(
     measurements=CompareMeasurements,
     runner=f"{__name__}:run",
     protects="a test value stays within its limit",
+    lint=lint,
+    render=f"{__name__}.render:RENDER",
 )
