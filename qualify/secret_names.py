@@ -6,7 +6,21 @@ in the report, a false negative puts a token into a signed report that is attach
 
 from __future__ import annotations
 
-SECRET_MARKERS = ("KEY", "SECRET", "TOKEN", "PASS", "AUTH", "CRED", "COOKIE", "SESSION", "PRIVATE")
+SECRET_MARKERS = (
+    "KEY",
+    "SECRET",
+    "TOKEN",
+    "PASS",
+    "PWD",
+    "AUTH",
+    "CRED",
+    "COOKIE",
+    "SESSION",
+    "PRIVATE",
+    "JWT",
+    "DSN",
+    "WEBHOOK",
+)  # fmt: skip  (MYSQL_PWD, SENTRY_DSN, CI_JOB_JWT, SLACK_WEBHOOK_URL carry credentials too)
 
 
 def secret_marker(name: str) -> str | None:

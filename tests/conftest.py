@@ -3,11 +3,13 @@
 * Seeds. The session seed is printed in the header and, with each failure, next to the failing test's own
   seed; ``QUALIFY_TEST_SEED=<session seed> pytest <node id>`` replays the failure (see tests/_seeding.py).
   Before every test the global RNGs (``random``, NumPy's legacy global, torch's CPU and CUDA generators) are
-  seeded from the test's seed; tests that make their own generator take the ``test_seed`` fixture.
-* Caches. ``~/.cache/cartridge-qualify`` (the converted SmolLM2, through QUALIFY_CACHE_DIR) and the Hugging Face
-  and Triton caches go to one directory per session, so the suite never writes into the user's home. The
-  directory lives for the whole session, so the model is converted once per session, not once per test; set
-  QUALIFY_TEST_CACHE_DIR to a directory to keep the conversion between sessions (CI may cache that path).
+  seeded from the test's seed; tests that make their own generator take the ``test_seed`` fixture. Hypothesis
+  gets the session seed as its ``--hypothesis-seed`` unless one is given.
+* Caches. ``~/.cache/cartridge-qualify`` (the converted SmolLM2, through QUALIFY_CACHE_DIR) and the Hugging
+  Face, Triton, Hypothesis and vLLM caches go to one directory per session, so the suite never writes into the
+  user's home or the work tree. The directory lives for the whole session, so the model is converted once per
+  session, not once per test; set QUALIFY_TEST_CACHE_DIR to a directory to keep the conversion between
+  sessions (CI may cache that path).
 """
 
 from __future__ import annotations
@@ -36,12 +38,19 @@ CACHE_VARIABLES = {
     "HF_HOME": "huggingface",
     "HF_DATASETS_CACHE": "huggingface/datasets",
     "TRITON_CACHE_DIR": "triton",
+    "HYPOTHESIS_STORAGE_DIRECTORY": "hypothesis",  # its example database, else .hypothesis/ in the work tree
+    "VLLM_CACHE_ROOT": "vllm",
+    "VLLM_CONFIG_ROOT": "vllm-config",
 }
 _SESSION_CACHE = pytest.StashKey[Path]()
 
 
+@pytest.hookimpl(tryfirst=True)  # before hypothesis's own pytest_configure reads --hypothesis-seed
 def pytest_configure(config: pytest.Config) -> None:
-    session_seed()  # fixes the seed (and exports it to workers and subprocesses) before any collection
+    seed = session_seed()  # fixes the seed (and exports it to workers and subprocesses) before any collection
+    # Hypothesis draws from its own RNG: give it the session seed too, so the printed seed replays it.
+    if getattr(config.option, "hypothesis_seed", "absent") is None:
+        config.option.hypothesis_seed = seed
     keep = os.environ.get("QUALIFY_TEST_CACHE_DIR")
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="qualify-test-cache-"))
     root.mkdir(parents=True, exist_ok=True)

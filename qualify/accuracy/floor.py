@@ -15,7 +15,7 @@ import numpy as np
 import numpy.typing as npt
 
 from qualify.results import Check, Shortfall
-from qualify.stats.paired import discordance, mcnemar_exact_p, score_ratio_ci
+from qualify.stats.paired import discordance, mcnemar_exact_p, paired_outcomes, score_ratio_ci
 from qualify.stats.power import PowerStatement, power_statement
 
 Decision = Literal["point", "ci_lower"]
@@ -58,8 +58,8 @@ def evaluate_floor(
     label: str,
 ) -> FloorResult:
     """Decide every floor of `rule` for paired 0/1 outcomes; `label` names the task and layout in check names."""
-    ref = np.asarray(reference, dtype=bool)
-    cand = np.asarray(candidate, dtype=bool)
+    # Validated, not cast: a casting bool() would read a score of 2 (or 0.5) as correct without a word.
+    ref, cand = paired_outcomes(reference, candidate)
     table = discordance(ref, cand)
     ci = score_ratio_ci(ref, cand, rng, rule.n_resamples, rule.confidence)
     p_value = mcnemar_exact_p(table.ref_only, table.cand_only)

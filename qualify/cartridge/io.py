@@ -83,13 +83,17 @@ def check_file_present(path: Path) -> None:
 def _read_torch(path: Path) -> object:
     with path.open("rb") as fh:
         head = fh.read(4)
-    if head != _ZIP_MAGIC and head[:1] != bytes([_PICKLE_PROTO]):
+    if head[:1] == bytes([_PICKLE_PROTO]):
+        # The legacy format makes torch reserve every storage size the pickle claims before any check, so a
+        # few bytes can ask for gigabytes; torch.save has written the zip format since torch 1.6.
         raise CartridgeError(
-            str(path), "not a checkpoint: no PyTorch zip or pickle header (is it a text or other file?)"
+            str(path),
+            "legacy (pre-zip) PyTorch pickle format is not accepted: re-save it with torch.save (zip format)",
         )
-    if head == _ZIP_MAGIC:
-        # Check the archive ourselves first: torch reports truncation as assorted RuntimeErrors and OSErrors.
-        _check_zip(path)
+    if head != _ZIP_MAGIC:
+        raise CartridgeError(str(path), "not a checkpoint: no PyTorch zip header (is it a text or other file?)")
+    # Check the archive ourselves first: torch reports truncation as assorted RuntimeErrors and OSErrors.
+    _check_zip(path)
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:

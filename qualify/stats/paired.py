@@ -40,7 +40,10 @@ class Discordance:
         return self.discordant / self.n if self.n else 0.0
 
 
-def _as_pair(reference: npt.ArrayLike, candidate: npt.ArrayLike) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+def paired_outcomes(
+    reference: npt.ArrayLike, candidate: npt.ArrayLike
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Both outcome vectors as bool; ValueError unless they are equal-length 1-D vectors of 0/1 (or bool)."""
     ref = np.asarray(reference)
     cand = np.asarray(candidate)
     if ref.shape != cand.shape or ref.ndim != 1:
@@ -52,7 +55,7 @@ def _as_pair(reference: npt.ArrayLike, candidate: npt.ArrayLike) -> tuple[npt.ND
 
 
 def discordance(reference: npt.ArrayLike, candidate: npt.ArrayLike) -> Discordance:
-    ref, cand = _as_pair(reference, candidate)
+    ref, cand = paired_outcomes(reference, candidate)
     return Discordance(
         both=int((ref & cand).sum()),
         ref_only=int((ref & ~cand).sum()),
@@ -90,7 +93,7 @@ def score_ratio_ci(
     ratio 1 by convention: a floor that is a fraction of zero is met by any candidate, and the power statement
     is what tells the reader that such a sample shows nothing. Every ratio is finite, so reports stay valid JSON.
     """
-    ref, cand = _as_pair(reference, candidate)
+    ref, cand = paired_outcomes(reference, candidate)
     if ref.size == 0:
         raise ValueError("need at least one item")
     if not 0.0 < confidence < 1.0:
@@ -112,6 +115,6 @@ def score_ratio_ci(
 
 def score_ratio(reference: npt.ArrayLike, candidate: npt.ArrayLike) -> float:
     """Candidate correct / reference correct on the same items; 1 when the reference got none right."""
-    ref, cand = _as_pair(reference, candidate)
+    ref, cand = paired_outcomes(reference, candidate)
     r = int(ref.sum())
     return float(cand.sum()) / r if r else 1.0

@@ -120,10 +120,16 @@ def test_pickle_refused_by_weights_only(tmp_path, random_cartridge):
     assert "weights_only=True) refused it" in text
 
 
-def test_legacy_pickle_of_arbitrary_object_is_refused(tmp_path):
+@pytest.mark.parametrize("legacy", [True, False], ids=["legacy-torch-format", "plain-pickle"])
+def test_legacy_pickle_of_arbitrary_object_is_refused(tmp_path, random_cartridge, legacy):
     path = tmp_path / "c.pt"
-    path.write_bytes(pickle.dumps({"trainable_keys": pickle.PickleError("x")}, protocol=4))
-    assert "refused" in problem(path)
+    if legacy:  # a real tensor checkpoint in the pre-zip format: refused before torch sees it
+        torch.save({"trainable_keys": random_cartridge().keys}, path, _use_new_zipfile_serialization=False)
+    else:
+        path.write_bytes(pickle.dumps({"trainable_keys": pickle.PickleError("x")}, protocol=4))
+    assert problem(path) == (
+        "legacy (pre-zip) PyTorch pickle format is not accepted: re-save it with torch.save (zip format)"
+    )
 
 
 def test_top_level_not_a_dict(tmp_path, gen):

@@ -25,8 +25,10 @@ import pytest
 # one BLAS thread); far below what a billion-laughs expansion or a 50,000,000-layer index set needs.
 CLI_MEMORY = 1 << 30
 TORCH_MEMORY = 2 << 30
-# A refusal must be quick: the whole child (interpreter start included) within this.
-QUICK_S = 5.0
+# A refusal must be quick: the whole child (interpreter start included) within this. Unrefused, these inputs
+# take minutes or exhaust memory; refused, about a second on an idle 2-core runner, so 10 s leaves room for a
+# loaded one (5 s was exceeded there once by a 50,000-node file that took 2.7 s idle).
+QUICK_S = 10.0
 # Files the child may write: a report or a page, never a disk-filling expansion.
 MAX_WRITE = 16 << 20
 

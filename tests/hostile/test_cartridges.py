@@ -106,6 +106,11 @@ CASES: dict[str, tuple[str, Callable[[Path], None], str]] = {
         writer(raw_safetensors(None, header_bytes=b"[" * 100_000 + b"]" * 100_000)),
         "safetensors header nests too deep",
     ),
+    "unterminated_string_in_header": (
+        ".safetensors",
+        writer(raw_safetensors(None, header_bytes=b'{"trainable_keys.0": "' + b'\\"' * 100_000)),
+        "safetensors header is not JSON",
+    ),
     "huge_number_in_header": (
         ".safetensors",
         writer(raw_safetensors(None, header_bytes=b'{"trainable_keys.0": {"shape": [' + b"9" * 5000 + b"]}}")),

@@ -122,6 +122,7 @@ def test_signed_report_holds_no_secret_environment_or_key_material(
 def test_provenance_filters_every_secret_marker() -> None:
     names = ["QUALIFY_X_KEY", "QUALIFY_SECRET", "QUALIFY_TOKEN", "QUALIFY_PASS", "QUALIFY_AUTH", "QUALIFY_CRED"]
     names += ["QUALIFY_COOKIE", "QUALIFY_SESSION", "QUALIFY_PRIVATE", "qualify_lower_pass"]
+    names += ["QUALIFY_MYSQL_PWD", "QUALIFY_SENTRY_DSN", "QUALIFY_CI_JOB_JWT", "QUALIFY_SLACK_WEBHOOK_URL"]
     env = dict.fromkeys(names, "v") | {"QUALIFY_SUITE": "v"}
     assert filter_environment(env) == {"QUALIFY_SUITE": "v"}
     assert redact_argv(["qualify", "--db-pass", "p", "--session=s", "-k", "x"]) == [
