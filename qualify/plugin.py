@@ -16,8 +16,9 @@ from typing import Any
 import pytest
 
 from qualify.compile import GateItem, compile_gate_file, looks_like_gate_file
+from qualify.console_summary import summary_lines
 from qualify.errors import GateFileError, QualifyError
-from qualify.failure import GateCheckFailed, format_table
+from qualify.failure import GateCheckFailed
 from qualify.registry import default_registry
 from qualify.results import ItemOutcome, ItemResult, Status, Verdict
 from qualify.session import SessionState
@@ -212,15 +213,16 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         return
     tr = terminalreporter
     tr.section("cartridge-qualify gates")
-    rows = []
-    for r in state.results:
-        headline = ""
-        if r.outcome and r.outcome.checks and r.status is not Status.INCOMPLETE:
-            worst = next((c for c in r.outcome.checks if not c.passed), r.outcome.checks[0])
-            headline = f"{worst.name}: {worst.observed:.4g} {worst.operator} {worst.threshold:.4g}"
-        rows.append([r.name, r.status.value.upper(), f"{r.duration_s:.1f}s", headline or (r.reason or "")[:90]])
-    if rows:
-        tr.write_line(format_table(["item", "status", "time", "headline / reason"], rows))
+
+    def primary_of(kind: str) -> Any:
+        try:
+            return state.registry.get(kind).primary_check
+        except (KeyError, ValueError):  # an unknown kind was an error already; its items get the generic headline
+            return None
+
+    if state.results:
+        for line in summary_lines(state.results, primary_of, width=max(60, config.get_terminal_writer().fullwidth)):
+            tr.write_line(line)
     for err in state.collect_errors:
         tr.write_line(f"gate file error:\n{err}", red=True)
     v = state.verdict

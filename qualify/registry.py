@@ -22,7 +22,7 @@ from qualify.schema.models import KindParams, MeasurementModel
 if TYPE_CHECKING:
     from qualify.context import RunContext
     from qualify.gate import GateFile, GateItem
-    from qualify.results import ItemOutcome
+    from qualify.results import Check, ItemOutcome
 
 ENTRY_POINT_GROUP = "qualify.gate_kinds"
 
@@ -63,6 +63,9 @@ class GateKindSpec:
     render
         ``"module:attribute"`` naming the kind's render hook (`qualify.render.blocks.KindRender`), imported
         only when a report is rendered; None renders the kind's items through the generic gate tables only.
+    primary_check
+        Which check is an item's headline in the console summary when none failed (a failed one always
+        is); None takes the item's first check.
     """
 
     name: str
@@ -72,6 +75,7 @@ class GateKindSpec:
     protects: str
     lint: Callable[[KindParams, GateFile], list[LintIssue]] | None = None
     render: str | None = None
+    primary_check: Callable[[Check], bool] | None = None
 
     def load_runner(self) -> Callable[[GateItem, RunContext], ItemOutcome]:
         return _load(self.runner)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from qualify.numerics.check_names import REL_L2_CHECK
 from qualify.results import Check
 
 if TYPE_CHECKING:
@@ -83,7 +84,7 @@ def tolerance_checks(prefix: str, e: ErrorStats, p: KernelNumericsParams, n: int
             n=n,
         ),
         Check(
-            name=f"{prefix}relative L2 error",
+            name=f"{prefix}{REL_L2_CHECK}",
             observed=e.rel_l2,
             operator="<=",
             threshold=p.max_rel_l2,

@@ -58,9 +58,16 @@ def _stem(state: SessionState) -> str:
     if state.report_name:
         check_report_name(state.report_name)
         return state.report_name
-    suites = sorted({c.gate_file.suite for c in state.compiled}) or ["qualify"]
-    suite = re.sub(r"[^A-Za-z0-9_.-]+", "-", "+".join(suites))[:80]
-    return f"{suite}-{state.started_at.strftime('%Y%m%dT%H%M%SZ')}"
+    return f"{default_run_name(state)}-{state.started_at.strftime('%Y%m%dT%H%M%SZ')}"
+
+
+def default_run_name(state: SessionState) -> str:
+    """The suite's name for a one-suite run; `qualify` for several (the report lists them), never a cut-off join."""
+    suites = sorted({c.gate_file.suite for c in state.compiled})
+    if len(suites) != 1:
+        return "qualify"
+    name = re.sub(r"[^A-Za-z0-9_.-]+", "-", suites[0]).strip("-.")[:80]
+    return name if name and name[0].isalnum() else "qualify"
 
 
 def _write_new(path: Path, data: bytes) -> None:

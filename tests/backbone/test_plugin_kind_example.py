@@ -36,9 +36,10 @@ def _gate(tmp_path: Path, value: float, file: str | None = None) -> Path:
 
 
 def test_its_lint_rule_reports_the_field_at_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["lint", str(_gate(tmp_path, 0.5, file="missing.bin"))]) == 2
+    (tmp_path / "inputs").mkdir()
+    assert main(["lint", str(_gate(tmp_path, 0.5, file="inputs"))]) == 2
     err = capsys.readouterr().err
-    assert "missing.bin" in err and "is not a file" in err and "g.yaml:" in err
+    assert "'inputs' is a folder, not a file" in err and "g.yaml:" in err
     (tmp_path / "present.bin").write_bytes(b"x")
     assert main(["lint", str(_gate(tmp_path, 0.5, file="present.bin"))]) == 0
 

@@ -7,6 +7,7 @@ grid). Registered by the entry point `kernel_numerics = "qualify.kinds.kernel_nu
 
 from qualify.kinds.kernel_numerics.measurements import KernelNumericsMeasurements
 from qualify.kinds.kernel_numerics.params import KernelNumericsParams, lint
+from qualify.numerics.check_names import REL_L2_CHECK
 from qualify.registry import GateKindSpec
 
 SPEC = GateKindSpec(
@@ -20,4 +21,5 @@ SPEC = GateKindSpec(
         "and rejects, never silently serves, the layouts it does not support."
     ),
     lint=lint,
+    primary_check=lambda check: check.name == REL_L2_CHECK,
 )

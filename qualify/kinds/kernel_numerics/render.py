@@ -11,12 +11,12 @@ from html import escape
 from typing import Any
 
 from qualify.kinds.kernel_numerics.measurements import KernelNumericsMeasurements
+from qualify.numerics.check_names import REL_L2_CHECK
 from qualify.render.blocks import Figure, Summary, checks, read_measurements
 from qualify.render.fmt import as_dict, as_text, number
 from qualify.render.view import item_status, worst_status
 
 ROW_AXES = ("phase", "live_v")
-REL_L2_CHECK = "relative L2 error"  # named so by qualify.numerics.metrics.tolerance_checks
 COLUMN_AXES = ("page_size", "cartridge_len", "head_dim", "batch")
 
 

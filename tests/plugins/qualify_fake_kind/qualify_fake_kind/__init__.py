@@ -31,11 +31,11 @@ class CompareMeasurements(MeasurementModel):
 
 
 def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
-    """Cross-field rules that the field types cannot say: the input file must exist where the gate names it."""
+    """Rules the field types cannot say: `file` names a file to hash, so a folder there is a mistake."""
     assert isinstance(params, CompareParams)
     resolve = getattr(gate_file, "resolve", None)
-    if params.file and resolve is not None and not resolve(params.file).is_file():
-        return [LintIssue(("file",), f"{params.file!r} is not a file (paths are relative to the gate file)")]
+    if params.file and resolve is not None and resolve(params.file).is_dir():
+        return [LintIssue(("file",), f"{params.file!r} is a folder, not a file (paths are relative to the gate file)")]
     return []
 
 
