@@ -11,6 +11,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -170,6 +171,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     preflight = _preflight(args, sign_key)
     if preflight is not None:
         return preflight
+    if args.benchmark_json is not None and args.benchmark_json.exists():
+        print(f"{args.benchmark_json}: exists already; --benchmark-json writes a new file", file=sys.stderr)
+        return EXIT_INTERNAL
     pytest_args = [*_plugin_args(), *map(str, files), "--qualify-out", args.out, "-p", "no:cacheprovider"]
     pytest_args += ["-o", "python_files=", "--rootdir", str(Path.cwd())]
     if args.k:
@@ -197,6 +201,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_INTERNAL
     if state.collect_errors:
         return EXIT_USAGE
+    if args.benchmark_json is not None and state.report_path:
+        if any(r.kind == "perf_nonregression" and r.outcome for r in state.results):
+            _write_benchmark_json(Path(state.report_path), args.benchmark_json, force=False)
+        else:
+            print(f"{args.benchmark_json}: not written: no perf or engine item ran", file=sys.stderr)
     v = state.verdict
     if v is Verdict.FAIL:
         return EXIT_FAIL
@@ -276,6 +285,34 @@ def cmd_serve_summary(args: argparse.Namespace) -> int:
     return summary_command(args.runs_dir, args.out)
 
 
+def _write_benchmark_json(report_path: Path, out: Path, *, force: bool) -> int:
+    """pytest-benchmark JSON of a plain report's perf items at `out`; exit code and one line on any problem."""
+    from qualify.json_limits import read_bounded, strict_loads
+    from qualify.kinds.perf_nonregression.benchmark_json import benchmark_document
+
+    try:
+        report = strict_loads(read_bounded(report_path))
+        document = benchmark_document(report if isinstance(report, dict) else {})
+    except (OSError, ValueError, QualifyError) as exc:
+        print(f"{report_path}: no benchmark JSON: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        with out.open("w" if force else "x", encoding="utf-8") as fh:
+            json.dump(document, fh, indent=1, sort_keys=True)
+    except FileExistsError:
+        print(f"{out}: exists already; pass --force to replace it", file=sys.stderr)
+        return EXIT_INTERNAL
+    except OSError as exc:
+        print(f"{out}: cannot write benchmark JSON: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_INTERNAL
+    print(f"{out}: {len(document['benchmarks'])} benchmarks (pytest-benchmark JSON, seconds per round)")
+    return EXIT_OK
+
+
+def cmd_benchmark_json(args: argparse.Namespace) -> int:
+    return _write_benchmark_json(args.report, args.output, force=args.force)
+
+
 def cmd_perf_summary(args: argparse.Namespace) -> int:
     from qualify.kinds.perf_nonregression.summary import summarize
 
@@ -325,6 +362,15 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     perf_summary.add_argument("reports", nargs="+", type=Path, metavar="REPORT", help="plain report JSON (one or two)")
     perf_summary.set_defaults(func=cmd_perf_summary)
 
+    bench = sub.add_parser(
+        "benchmark-json",
+        help="a report's perf and engine samples as pytest-benchmark JSON (for `pytest-benchmark compare`)",
+    )
+    bench.add_argument("report", type=Path, metavar="REPORT", help="plain report JSON")
+    bench.add_argument("-o", "--output", type=Path, required=True, metavar="PATH")
+    bench.add_argument("--force", action="store_true", help="replace PATH if it exists")
+    bench.set_defaults(func=cmd_benchmark_json)
+
     lm_eval = sub.add_parser(
         "lm-eval",
         help="lm-eval's command line with the qualify-kv model registered",
@@ -357,6 +403,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
     run.add_argument(
         "--baseline", metavar="PATH.dsse.json", help="signed report of the last release to compare against"
+    )
+    run.add_argument(
+        "--benchmark-json",
+        type=Path,
+        metavar="PATH",
+        help="also write the perf and engine samples as pytest-benchmark JSON (a new file)",
     )
     run.set_defaults(func=cmd_run)
 
