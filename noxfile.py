@@ -73,6 +73,20 @@ def tests(session: nox.Session) -> None:
 
 
 @nox.session
+def bench(session: nox.Session) -> None:
+    """Time the suite's own CPU costs (tests/benchmarks) with pytest-benchmark and compare with the last saved
+    run on this machine (`.benchmarks/`, kept between runs; the first run has nothing to compare with)."""
+    _install(session, "dev")
+    session.install("--no-deps", "-e", "tests/plugins/qualify_fake_kind")
+    saved = any((ROOT / ".benchmarks").glob("*/*.json"))
+    compare = ["--benchmark-compare"] if saved else []
+    session.run(
+        "pytest", "tests/benchmarks", "--benchmark-enable", "--benchmark-autosave", *compare,
+        "--benchmark-columns=min,median,max,rounds", *session.posargs,
+    )  # fmt: skip
+
+
+@nox.session
 def mutate(session: nox.Session) -> None:
     """Mutation testing (mutmut, CPU) of the decision logic; modules and tests in pyproject's [tool.mutmut].
 

@@ -89,6 +89,9 @@ def summary_lines(
     if ran:
         rows = [[r.name, r.status.value.upper(), f"{r.duration_s:.1f}s", headline(r, primary_of(r.kind))] for r in ran]
         lines += format_table(["item", "status", "time", "headline / reason"], rows).splitlines()
+        shared = sum(r.shared_setup_s for r in results)
+        if shared >= 0.05:
+            lines.append(f"(times are each item's own; shared setup such as model loads took {shared:.1f}s more)")
         lines.append("")
     lines.append("per gate:")
     lines += [f"  {g.line()}" for g in gate_rollups(results)]

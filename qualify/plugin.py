@@ -19,6 +19,7 @@ from qualify.compile import GateItem, compile_gate_file, looks_like_gate_file
 from qualify.console_summary import summary_lines
 from qualify.errors import GateFileError, QualifyError
 from qualify.failure import GateCheckFailed
+from qualify.progress import ItemProgress
 from qualify.registry import default_registry
 from qualify.results import ItemOutcome, ItemResult, Status, Verdict
 from qualify.session import SessionState
@@ -131,6 +132,13 @@ class GateYamlFile(pytest.File):
             yield item
 
 
+def _item_progress(config: pytest.Config, item: str) -> ItemProgress:
+    reporter = config.pluginmanager.get_plugin("terminalreporter")
+    quiet = reporter is None or config.get_verbosity() < 0
+    tty = reporter is not None and reporter.isatty
+    return ItemProgress(reporter, item, tty=bool(tty), quiet=quiet)
+
+
 class GateTestItem(pytest.Item):
     def __init__(self, *, gate_item: GateItem, **kwargs: Any):
         super().__init__(**kwargs)
@@ -142,6 +150,9 @@ class GateTestItem(pytest.Item):
         # ERROR until the run says otherwise: an item that dies mid-run must not read as passed.
         result = _item_result(self.nodeid, g, Status.ERROR)
         state.results.append(result)
+        progress = _item_progress(self.config, g.name)
+        state.context.progress = progress
+        shared_before = state.context.shared_seconds
         start = time.perf_counter()
         try:
             reason = state.host.skip_reason(g.requires)
@@ -178,7 +189,9 @@ class GateTestItem(pytest.Item):
                     result.outcome = carried
             raise
         finally:
-            result.duration_s = time.perf_counter() - start
+            progress.close()
+            result.shared_setup_s = state.context.shared_seconds - shared_before
+            result.duration_s = max(0.0, time.perf_counter() - start - result.shared_setup_s)
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if not self.config.option.qualify_traceback and isinstance(excinfo.value, QualifyError):

@@ -178,8 +178,9 @@ class ItemResult:
     description: str
     status: Status
     reason: str | None = None
-    duration_s: float = 0.0
+    duration_s: float = 0.0  # the item's own seconds
     outcome: ItemOutcome | None = None
+    shared_setup_s: float = 0.0  # memoized work first built for this item, reused by later ones
 
     def to_dict(self) -> dict[str, Any]:
         o = self.outcome or ItemOutcome()
@@ -195,6 +196,7 @@ class ItemResult:
             "status": self.status.value,
             "reason": self.reason,
             "duration_s": round(self.duration_s, 3),
+            "shared_setup_s": round(self.shared_setup_s, 3),
             "checks": [c.to_dict() for c in o.checks],
             "measurements": {} if o.measurements is None else o.measurements.model_dump(mode="json"),
             "tables": [asdict(t) for t in o.tables],

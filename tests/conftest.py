@@ -51,6 +51,9 @@ def pytest_configure(config: pytest.Config) -> None:
     # Hypothesis draws from its own RNG: give it the session seed too, so the printed seed replays it.
     if getattr(config.option, "hypothesis_seed", "absent") is None:
         config.option.hypothesis_seed = seed
+    # tests/benchmarks run once as plain tests unless timing is asked for (`nox -s bench`: --benchmark-enable).
+    if hasattr(config.option, "benchmark_disable") and not config.option.benchmark_enable:
+        config.option.benchmark_disable = True
     keep = os.environ.get("QUALIFY_TEST_CACHE_DIR")
     root = Path(keep) if keep else Path(tempfile.mkdtemp(prefix="qualify-test-cache-"))
     root.mkdir(parents=True, exist_ok=True)

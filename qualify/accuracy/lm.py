@@ -25,6 +25,7 @@ from lm_eval.api.model import TemplateLM
 from lm_eval.utils import get_rolling_token_windows, make_disjoint_window
 
 from qualify.accuracy.kv_cache import KVWriteTransform, LayoutWrite, layout_write, new_cache
+from qualify.hf_cache_arg import cache_kwargs
 
 DEFAULT_MAX_GEN_TOKS = 256
 
@@ -144,7 +145,7 @@ class KVLayoutLM(TemplateLM):
             input_ids=ids,
             attention_mask=mask,
             position_ids=positions,
-            past_key_values=new_cache(self.kv_write, self._model.config),
+            **cache_kwargs(self._model, new_cache(self.kv_write, self._model.config)),
             use_cache=True,
             logits_to_keep=tail,
         )
@@ -213,7 +214,7 @@ class KVLayoutLM(TemplateLM):
             max_new_tokens=max_new,
             do_sample=False,
             pad_token_id=self._pad_id,
-            past_key_values=new_cache(self.kv_write, self._model.config),
+            **cache_kwargs(self._model, new_cache(self.kv_write, self._model.config)),
             # Stop strings end rows early; without them every row would run to max_new on a slow CPU.
             stop_strings=until or None,
             tokenizer=self.tokenizer,

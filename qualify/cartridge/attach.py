@@ -11,6 +11,8 @@ from collections.abc import Sequence
 import torch
 from transformers import DynamicCache
 
+from qualify.hf_cache_arg import cache_kwargs, output_cache
+
 
 def prefix_cache(
     keys: Sequence[torch.Tensor], values: Sequence[torch.Tensor], config: object, batch_size: int = 1
@@ -54,7 +56,7 @@ def hidden_states_with_prefix(
     out = model.model(
         input_ids=input_ids,
         attention_mask=mask,
-        past_key_values=cache,
+        **cache_kwargs(model.model, cache),
         position_ids=positions.unsqueeze(0).expand(batch, -1),
         use_cache=cache is not None,
     )
@@ -65,7 +67,7 @@ def document_kv(model: torch.nn.Module, input_ids: torch.Tensor) -> tuple[list[t
     """Per-layer (T, H, D) K and V the model caches for a 1-D token sequence (no gradient)."""
     with torch.no_grad():
         out = model.model(input_ids=input_ids.unsqueeze(0), use_cache=True)
-    cache = out.past_key_values
+    cache = output_cache(out)
     keys = [layer.keys[0].permute(1, 0, 2).contiguous() for layer in cache.layers]
     values = [layer.values[0].permute(1, 0, 2).contiguous() for layer in cache.layers]
     return keys, values

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from qualify.cartridge.attach import hidden_states_with_prefix, prefix_cache
+from qualify.hf_cache_arg import cache_kwargs
 
 # ChatML, as SmolLM2 and Qwen use; the strings are tokenized with their special tokens intact.
 SYSTEM_PREAMBLE = "Answer questions using the following document."
@@ -127,7 +128,9 @@ def teacher_answer(
     generated: list[int] = []
     for _ in range(max_new_tokens):
         positions = torch.arange(position, position + step_ids.shape[1]).unsqueeze(0)
-        out = model.model(input_ids=step_ids, past_key_values=cache, position_ids=positions, use_cache=True)
+        out = model.model(
+            input_ids=step_ids, **cache_kwargs(model.model, cache), position_ids=positions, use_cache=True
+        )
         position += step_ids.shape[1]
         next_id = int(model.lm_head(out.last_hidden_state[:, -1]).argmax(-1))
         if next_id == end_id:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -166,6 +166,7 @@ def evaluate_layouts(
     n_resamples: int = DEFAULT_RESAMPLES,
     confidence: float = 0.95,
     seed: int = 0,
+    progress: Callable[[int, int], None] | None = None,
 ) -> LayoutComparison:
     """Compare each layout's fake-quantized cartridge with the cartridge as stored, on the same items.
 
@@ -186,8 +187,11 @@ def evaluate_layouts(
     device = ref_prefix.keys[0].device
     ref_acc = _Accumulator(len(seq))
     accs = [_Accumulator(len(seq)) for _ in parsed]
+    done = 0
     with torch.inference_mode():
         for batch in make_batches(seq, batch_size, device):
+            if progress is not None:
+                progress(done, len(seq))
             ref = answer_log_probs(model, ref_prefix, batch)
             ref_acc.add(batch, _nll(ref, batch), None, None)
             p_ref = ref.exp()
@@ -203,6 +207,9 @@ def evaluate_layouts(
                 kl = lay.neg_().add_(ref).mul_(p_ref).sum(dim=-1)  # in place: (ref - lay) * p_ref
                 acc.add(batch, nll, kl, top1)
                 del lay
+            done += len(batch.item_indices)
+    if progress is not None:
+        progress(len(seq), len(seq))
 
     n_tokens = int(ref_acc.tokens.sum())
     ref_loss = float(ref_acc.nll.sum() / n_tokens)

@@ -14,6 +14,7 @@ from transformers import DynamicCache, PreTrainedModel
 
 from qualify.cartridge.types import Cartridge, ModelKVShape
 from qualify.errors import CartridgeError
+from qualify.hf_cache_arg import cache_kwargs
 from qualify.loss.data import EvalItem
 
 
@@ -118,7 +119,7 @@ def answer_log_probs(model: PreTrainedModel, prefix: Prefix, batch: Batch) -> to
         input_ids=batch.input_ids,
         attention_mask=attention,
         position_ids=positions,
-        past_key_values=_fresh_cache(model, prefix, b),
+        **cache_kwargs(decoder, _fresh_cache(model, prefix, b)),
         use_cache=True,
     )
     # Only answer positions go through the LM head: the full-vocab projection is about a fifth of the

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qualify import __version__
+from qualify.report.paths import as_reported, repository_root
 from qualify.report.schema import REPORT_VERSION
 from qualify.results import InputRef, Status
 
@@ -38,7 +39,16 @@ def release_status(state: SessionState, signed: bool) -> dict[str, Any]:
     return {"is_release": True, "reason": "strict, signed run"}
 
 
-def build_report(state: SessionState, provenance: dict[str, Any], *, signed: bool) -> dict[str, Any]:
+def _relative_item(item: dict[str, Any], root: Path) -> dict[str, Any]:
+    inputs = [{**i, "path": as_reported(i["path"], root)} for i in item["inputs"]]
+    return {**item, "gate_file": as_reported(item["gate_file"], root), "inputs": inputs}
+
+
+def build_report(
+    state: SessionState, provenance: dict[str, Any], *, signed: bool, root: Path | None = None
+) -> dict[str, Any]:
+    """The report; file paths inside the repository (`root`, found from the working directory) are relative."""
+    root = repository_root() if root is None else root
     counts = Counter(r.status.value for r in state.results)
     return {
         "report_format": REPORT_FORMAT,
@@ -56,7 +66,7 @@ def build_report(state: SessionState, provenance: dict[str, Any], *, signed: boo
         "suites": sorted({c.gate_file.suite for c in state.compiled}),
         "gate_files": [
             {
-                "path": c.gate_file.path,
+                "path": as_reported(c.gate_file.path, root),
                 "sha256": c.gate_file.sha256,
                 "suite": c.gate_file.suite,
                 "version": c.gate_file.version,
@@ -65,7 +75,10 @@ def build_report(state: SessionState, provenance: dict[str, Any], *, signed: boo
             for c in state.compiled
         ],
         "collect_errors": list(state.collect_errors),
-        "items": [r.to_dict() for r in state.results],
-        "inputs": [{"name": i.name, "path": i.path, "sha256": i.sha256, "role": i.role} for i in collect_inputs(state)],
+        "items": [_relative_item(r.to_dict(), root) for r in state.results],
+        "inputs": [
+            {"name": i.name, "path": as_reported(i.path, root), "sha256": i.sha256, "role": i.role}
+            for i in collect_inputs(state)
+        ],
         "provenance": provenance,
     }

@@ -30,8 +30,12 @@ drift, 0.2 % repetition noise, 4000 pairs of runs) it covered the true ratio 95.
 independent runs' ratios inside each other's CIs 82 % of the time (about what an exact CI gives), against 88 %
 and 59 % for the two-level bootstrap. It needs at least 2 processes per side and some spread between process
 medians; otherwise it returns the bootstrap CI (two-level, or flat when both sides have one process) and
-`RatioCI.fallback` says why. `student_t_quantile` is implemented here (no scipy): the regularized incomplete
-beta by its continued fraction, inverted by bisection.
+`RatioCI.fallback` says why. `student_t_quantile` is implemented here: the regularized incomplete beta by its
+continued fraction, inverted by bisection. Why not scipy, although GPU images often carry it: it is not a
+runtime dependency of the suite (a CPU runner's venv, built from pyproject, has none), and "scipy where present,
+ours elsewhere" would give two code paths for one decision, so a verdict could differ in its last digits by
+host. One implementation everywhere, held to `scipy.stats.t` (1e-6 relative for the quantile) and
+`scipy.special.betainc` (1e-9) by tests/decisions/test_student_t_and_mcnemar.py, which the dev extra runs.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ pytest.importorskip("lm_eval")
 from qualify.accuracy.evaluate import OFFLINE_TASKS_DIR, TaskRequest, evaluate_task
 from qualify.accuracy.floor import FloorRule, evaluate_floor
 from qualify.accuracy.lm import KVLayoutLM
+from qualify.hf_cache_arg import cache_kwargs
 
 LETTERS = ["A", "B", "C", "D"]
 
@@ -101,7 +102,9 @@ def test_shared_context_requests_score_like_separate_passes(tiny_lm) -> None:  #
 
     with torch.no_grad():
         logits = tiny_lm.model(
-            input_ids=ids, past_key_values=new_cache(layout_write("K8/V8"), tiny_lm.model.config), use_cache=True
+            input_ids=ids,
+            **cache_kwargs(tiny_lm.model, new_cache(layout_write("K8/V8"), tiny_lm.model.config)),
+            use_cache=True,
         ).logits
     letter_id = lm.tok_encode(" A")[0]
     expected = torch.log_softmax(logits[0, -1].float(), -1)[letter_id].item()

@@ -4,13 +4,14 @@ import pytest
 import torch
 
 from qualify.accuracy.kv_cache import layout_write, new_cache
+from qualify.hf_cache_arg import cache_kwargs
 from qualify.quant.fp8 import fake_quant_e4m3
 
 
 def _forward(tiny_lm, ids: torch.Tensor, transform):  # type: ignore[no-untyped-def]
     cache = new_cache(transform, tiny_lm.model.config)
     with torch.no_grad():
-        out = tiny_lm.model(input_ids=ids, past_key_values=cache, use_cache=True)
+        out = tiny_lm.model(input_ids=ids, **cache_kwargs(tiny_lm.model, cache), use_cache=True)
     return out.logits, cache
 
 
@@ -88,7 +89,7 @@ def test_generation_reads_the_quantized_cache(tiny_lm) -> None:  # type: ignore[
         max_new_tokens=4,
         min_new_tokens=4,
         do_sample=False,
-        past_key_values=new_cache(counting, tiny_lm.model.config),
+        **cache_kwargs(tiny_lm.model, new_cache(counting, tiny_lm.model.config)),
         pad_token_id=0,
     )
     layers = tiny_lm.model.config.num_hidden_layers

@@ -62,3 +62,24 @@ def test_verify_prints_the_verdict_and_a_count_and_lists_subjects_only_with_v(
     assert main(["verify", envelope, "--key", pub, "-v"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert [line.split()[-1] for line in listed[2:]] == ["r.json", "gate-file:g.yaml"]
+
+
+def test_report_paths_are_relative_to_the_repository_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import json
+
+    repo = tmp_path / "checkout"
+    (repo / ".git").mkdir(parents=True)
+    (repo / "gates").mkdir()
+    gate = _gate(repo / "gates", "s")
+    text = gate.read_text().replace("value: 0.5", "value: 0.5\n    file: ../data/input.bin")
+    gate.write_text(text)
+    (repo / "data").mkdir()
+    (repo / "data" / "input.bin").write_bytes(b"qualified")
+    monkeypatch.chdir(repo / "gates")  # any folder inside the checkout finds the same root
+    assert main(["run", str(gate), "--out", str(tmp_path / "out"), "--name", "r"]) == 0
+    report = json.loads((tmp_path / "out" / "r.json").read_text())
+    assert [g["path"] for g in report["gate_files"]] == ["gates/g.yaml"]
+    assert report["items"][0]["gate_file"] == "gates/g.yaml"
+    assert report["items"][0]["inputs"][0]["path"] == "data/input.bin"
+    assert sorted(i["path"] for i in report["inputs"]) == ["data/input.bin", "gates/g.yaml"]
+    assert str(tmp_path) not in json.dumps({k: v for k, v in report.items() if k != "provenance"})

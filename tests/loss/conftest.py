@@ -9,6 +9,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from qualify.cartridge.types import Cartridge
+from qualify.hf_cache_arg import output_cache
 from qualify.loss.data import EvalItem
 
 # Test modules are not a package here, so helpers reach them as fixtures, not imports.
@@ -36,7 +37,7 @@ def tiny_llama(seed: int, vocab: int = VOCAB) -> LlamaForCausalLM:
 def prefix_cartridge(model: LlamaForCausalLM, prefix_ids: torch.Tensor) -> Cartridge:
     """The KV cache of a real token prefix, in cartridge layout (T, H_kv, D) per layer."""
     with torch.inference_mode():
-        cache = model(prefix_ids.unsqueeze(0), use_cache=True).past_key_values
+        cache = output_cache(model(prefix_ids.unsqueeze(0), use_cache=True))
     keys = tuple(layer.keys[0].permute(1, 0, 2).contiguous() for layer in cache.layers)
     values = tuple(layer.values[0].permute(1, 0, 2).contiguous() for layer in cache.layers)
     return Cartridge(keys=keys, values=values, frozen_tokens=1, source="mem://prefix")

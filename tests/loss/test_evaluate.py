@@ -9,6 +9,7 @@ from transformers import DynamicCache, LlamaForCausalLM
 
 from qualify.cartridge.types import Cartridge
 from qualify.errors import CartridgeError, DataError
+from qualify.hf_cache_arg import cache_kwargs
 from qualify.loss.data import EvalItem
 from qualify.loss.evaluate import evaluate_layouts, evaluate_loss
 from qualify.quant.apply import apply_layout
@@ -91,7 +92,7 @@ def _trained_cartridge(model: LlamaForCausalLM, items: list[EvalItem], key_scale
         out = model(
             input_ids=ids,
             position_ids=torch.arange(tokens, tokens + length).expand(b, -1),
-            past_key_values=cache,
+            **cache_kwargs(model, cache),
         )
         logp = torch.log_softmax(out.logits[:, :-1], dim=-1)
         loss = -logp.gather(2, ids[:, 1:, None]).squeeze(2)[mask].mean()
@@ -172,7 +173,9 @@ def _independent_kl_top1(model: LlamaForCausalLM, ref: Cartridge, lay: Cartridge
         t = cart.num_tokens
         ids = torch.tensor(item.input_ids)[None]
         with torch.inference_mode():
-            out = model(input_ids=ids, past_key_values=cache, position_ids=torch.arange(t, t + ids.shape[1])[None])
+            out = model(
+                input_ids=ids, **cache_kwargs(model, cache), position_ids=torch.arange(t, t + ids.shape[1])[None]
+            )
         return torch.log_softmax(out.logits[0].double(), dim=-1)
 
     a, b = logp(ref), logp(lay)

@@ -219,6 +219,7 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
         n_resamples=params.n_resamples,
         confidence=params.confidence,
         seed=ctx.seed,
+        progress=lambda done, total: ctx.progress("sequences", done, total),
     )
     n = cmp.reference.n_items
     by_layout = {r.layout.value: r for r in cmp.layouts}

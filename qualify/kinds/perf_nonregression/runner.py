@@ -93,10 +93,14 @@ def _measure_sides(ctx: RunContext, requests: list[list[WorkRequest]], timeout_s
     are interleaved.
     """
     results: list[list[WorkResult]] = [[] for _ in requests]
+    total, done = sum(len(r) for r in requests), 0
     for process in range(max(len(r) for r in requests)):
         for side, reqs in enumerate(requests):
             if process < len(reqs):
+                ctx.progress("worker processes", done, total)
                 results[side].append(_measured(ctx, reqs[process], timeout_s))
+                done += 1
+    ctx.progress("worker processes", done, total)
     return results
 
 
