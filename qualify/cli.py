@@ -79,15 +79,23 @@ def cmd_list(args: argparse.Namespace) -> int:
     for err in errors:
         print(err.diagnostics(), file=sys.stderr)
     host = detect_host()
+    registry = default_registry()
     rows = []
     for c in compiled:
         for item in c.items:
             reason = host.skip_reason(item.requires)
+            describe = registry.get(item.kind).load_describe()
             rows.append(
-                [item.name, item.kind, ",".join(item.requires) or "-", "yes" if not reason else f"no: {reason}"]
+                [
+                    item.name,
+                    item.kind,
+                    ",".join(item.requires) or "-",
+                    "yes" if not reason else f"no: {reason}",
+                    describe(item.params) if describe else "",
+                ]
             )
     if rows:
-        print(format_table(["item", "kind", "requires", "runs here"], rows))
+        print(format_table(["item", "kind", "requires", "runs here", "exercises"], rows))
     print(f"host: {', '.join(sorted(host.available))}" + (f"; GPU {host.gpu_name}" if host.gpu_name else ""))
     return EXIT_USAGE if errors else EXIT_OK
 

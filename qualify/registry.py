@@ -66,6 +66,14 @@ class GateKindSpec:
     primary_check
         Which check is an item's headline in the console summary when none failed (a failed one always
         is); None takes the item's first check.
+    generate_axes
+        ``"module:function"`` taking a gate's kind fields (as written) and returning matrix axes to add, e.g.
+        cells derived from a declared envelope; ``{}`` when the gate declares none. ValueError is a gate-file
+        error. Imported when a gate of the kind is compiled.
+    describe
+        ``"module:function"`` taking an item's params and returning what it will exercise in one line (for
+        `qualify list`; the numerics kind names the kernel configuration each cell dispatches). Imported only
+        when listing.
     """
 
     name: str
@@ -76,12 +84,20 @@ class GateKindSpec:
     lint: Callable[[KindParams, GateFile], list[LintIssue]] | None = None
     render: str | None = None
     primary_check: Callable[[Check], bool] | None = None
+    generate_axes: str | None = None
+    describe: str | None = None
 
     def load_runner(self) -> Callable[[GateItem, RunContext], ItemOutcome]:
         return _load(self.runner)
 
     def load_render(self) -> Any | None:
         return None if self.render is None else _load(self.render)
+
+    def load_generate_axes(self) -> Callable[[dict[str, Any]], dict[str, list[Any]]] | None:
+        return None if self.generate_axes is None else _load(self.generate_axes)
+
+    def load_describe(self) -> Callable[[KindParams], str] | None:
+        return None if self.describe is None else _load(self.describe)
 
 
 def _check_spec(spec: object, origin: str) -> GateKindSpec:

@@ -13,6 +13,9 @@ build_injection_layout, build_cascade_layout, split_combined_kv, block_table_to_
     Layout helpers for comparisons with ordinary injection and FlashInfer's cascade.
 kernel_identity
     Source / compiler / binary identity for reports.
+dispatch.dispatch_table, dispatch.specialization_of
+    The dispatch as data: every configuration the default heuristics choose inside an envelope and the inputs
+    that choose it; the compiled variant (constexprs and launch options) a plan uses.
 UnsupportedLayoutError, UnsupportedArchitectureError
     Raised for anything outside the specialization (there is no fallback).
 

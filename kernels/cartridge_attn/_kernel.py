@@ -142,6 +142,14 @@ class KernelConfig:
         return asdict(self)
 
 
+# The inputs at which the default configurations change, named once: the heuristics below read them and
+# cartridge_attn.dispatch derives the dispatch table (every configuration and the region choosing it) from them.
+DECODE_PACK_MIN_BATCH = 32  # from this batch on, decode packs 2 requests per program
+DECODE_WIDE_MAX_BATCH = 4  # up to this batch ...
+DECODE_WIDE_MIN_LIVE = 512  # ... and from this live length on, unpacked decode uses wide tiles
+PREFILL_GRID_SMS = 132  # fewer 128-row tiles x KV heads than the H200's SMs: prefill drops to 64-row tiles
+
+
 def _pow2_at_least(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
@@ -164,11 +172,11 @@ def decode_config(
     the 132 SMs (batch x H_kv well above 132).
     """
     if reqs is None:
-        reqs = 2 if batch >= 32 else 1
+        reqs = 2 if batch >= DECODE_PACK_MIN_BATCH else 1
     reqs = max(1, min(reqs, 16 // group if group <= 16 else 1))
     block_m = max(16, _pow2_at_least(reqs * group))
     # A tiny grid with long suffixes: wider tiles put more bytes in flight per program.
-    wide = reqs == 1 and batch <= 4 and max_live >= 512
+    wide = reqs == 1 and batch <= DECODE_WIDE_MAX_BATCH and max_live >= DECODE_WIDE_MIN_LIVE
     if block_n is None:
         block_n = 256 if (reqs > 2 or wide) else 128
     block_n = max(block_n, 16 * reqs)
@@ -197,7 +205,7 @@ def prefill_config(
     ``rows`` (total query rows, i.e. query tokens x group) and ``num_kv_heads`` let the default drop to
     64-row tiles when 128-row tiles would leave most of the 132 SMs idle.
     """
-    small_grid = rows is not None and num_kv_heads is not None and (rows // 128) * num_kv_heads < 132
+    small_grid = rows is not None and num_kv_heads is not None and (rows // 128) * num_kv_heads < PREFILL_GRID_SMS
     if block_m is None:
         block_m = 64 if small_grid else 128
     bm = max(block_m, 16, _pow2_at_least(group))

@@ -14,6 +14,7 @@ from typing import Any
 import triton
 
 from . import _kernel
+from .dispatch import specialization_of
 
 __all__ = ["compiled_identity", "kernel_identity", "source_sha256"]
 
@@ -73,7 +74,8 @@ def kernel_identity(attn: Any | None = None) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``source_sha256``, ``triton_version``, ``config``, ``mode``, ``fault`` and the fields of
+        ``source_sha256``, ``triton_version``, ``config``, ``mode``, ``fault``, ``specialization`` (the
+        :class:`cartridge_attn.dispatch.Specialization` key) and the fields of
         :func:`compiled_identity`.
     """
     ident: dict[str, Any] = {
@@ -85,6 +87,14 @@ def kernel_identity(attn: Any | None = None) -> dict[str, Any]:
     }
     if attn is not None and getattr(attn, "_plan", None) is not None:
         p = attn._plan
-        ident.update({"config": p.config.as_dict(), "mode": p.mode, "fault": int(p.fault)})
+        ident.update(
+            {
+                "config": p.config.as_dict(),
+                "mode": p.mode,
+                "fault": int(p.fault),
+                # The compiled variant by name, so reports can say which dispatch regions a run qualified.
+                "specialization": specialization_of(p).key,
+            }
+        )
         ident.update(compiled_identity(attn.last_compiled))
     return ident

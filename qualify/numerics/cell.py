@@ -42,6 +42,18 @@ class BatchShape(StrictModel):
         return self
 
 
+class NumericsEnvelope(StrictModel):
+    """The serving shapes a kernel gate must qualify; the compiler turns it into `batch` cells
+    (`qualify.numerics.envelope_cells`): every region of the kernel's dispatch at its edges, plus seeded random
+    ragged batches. The gate fixes `phase`, `head_dim`, `num_qo_heads` and `num_kv_heads` for it."""
+
+    max_batch: int = Field(default=256, ge=1, le=4096)  # decode: requests in one step
+    max_live: int = Field(default=4096, ge=1, le=1 << 17)  # decode: the longest live suffix
+    max_query_tokens: int = Field(default=4096, ge=1, le=1 << 17)  # prefill: query tokens of one batch
+    random_batches: int = Field(default=4, ge=0, le=64)
+    seed: int = Field(default=0, ge=0)
+
+
 ContractCase = Literal["misaligned_cartridge", "fp8_keys", "zero_live", "unsupported_head_dim", "non_sm90"]
 
 
@@ -70,5 +82,6 @@ class KernelNumericsParams(KindParams):
     atol: float = Field(default=3e-2, gt=0)
     max_rel_l2: float = Field(default=1.5e-2, gt=0)
     case: ContractCase | None = None
+    envelope: NumericsEnvelope | None = None
     second_oracle: Literal["auto", "flashinfer", "none"] = "auto"
     device: Literal["auto", "cuda", "cpu"] = "auto"

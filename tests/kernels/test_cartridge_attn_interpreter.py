@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 from _cartridge_attn_check import assert_fault_caught, assert_matches, fault_problem, run_fused
-from cartridge_attn import decode_config, prefill_config, random_problem
+from cartridge_attn import decode_config, kernel_identity, prefill_config, random_problem
 from cartridge_attn.faults import Fault
 
 
@@ -111,3 +111,29 @@ def test_fault_set_at_plan_time(kernel_device: torch.device) -> None:
     bad = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, **pr.run_kwargs())
     good = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, _fault=0, **pr.run_kwargs())
     assert (bad.float() - good.float()).norm() / good.float().norm() > 5e-2
+
+
+@pytest.mark.parametrize(
+    ("live_lens", "reqs", "block_n"),
+    [
+        ([5, 1, 9, 17, 8] + [3] * 28, 2, 128),  # batch 33: the tuned decode packs 2 requests per program
+        ([600, 7], 1, 256),  # batch 2 with a long suffix: one request per program, wide tiles
+        ([9, 1, 16, 17], 1, 128),  # small batch, short suffixes: the plain decode configuration
+    ],
+    ids=["packed-b33", "wide-b2", "plain-b4"],
+)
+def test_each_default_decode_specialization_matches_the_reference(
+    live_lens: list[int], reqs: int, block_n: int, kernel_device: torch.device
+) -> None:
+    # No explicit config: what `plan` dispatches by itself (cartridge_attn.dispatch lists these regions).
+    pr = random_problem(
+        [1] * len(live_lens), live_lens, num_qo_heads=8, num_kv_heads=2, cartridge_len=16, device=kernel_device
+    )
+    o = run_fused(pr, mode="decode")
+    cfg = o.attn.plan_info.config
+    assert (cfg.reqs_per_program, cfg.block_n) == (reqs, block_n)
+    assert_matches(o)
+    # The report names the compiled variant a launch used (cartridge_attn.dispatch.Specialization).
+    assert kernel_identity(o.attn)["specialization"].endswith(
+        f"/m{cfg.block_m}n{block_n}r{reqs}w{cfg.num_warps}s{cfg.num_stages}"
+    )

@@ -22,4 +22,6 @@ SPEC = GateKindSpec(
     ),
     lint=lint,
     primary_check=lambda check: check.name == REL_L2_CHECK,
+    generate_axes="qualify.numerics.envelope_cells:envelope_axes",
+    describe="qualify.numerics.dispatch_view:describe_cell",
 )

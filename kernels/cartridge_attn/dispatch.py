@@ -1,0 +1,195 @@
+"""The kernel's dispatch as data: every launch configuration the default heuristics choose inside an envelope,
+the region of inputs that chooses each, and the identity of a compiled variant.
+
+The regions come from evaluating the heuristics themselves (`decode_config`, `prefill_config`) once per interval
+between the breakpoints they are written against (the thresholds named in `_kernel`), so the table cannot drift
+from what `CartridgeAttention.plan` launches; tests/kernels/test_dispatch.py checks it against every input of an
+envelope, point by point. A numerics gate qualifies what ships by reaching every region at its edges.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Literal
+
+import torch
+
+from . import _kernel as K
+
+if TYPE_CHECKING:
+    from .api import Plan
+
+__all__ = ["Envelope", "Region", "Specialization", "dispatch_table", "specialization_of"]
+
+Mode = Literal["decode", "prefill"]
+
+
+@dataclass(frozen=True)
+class Envelope:
+    """The serving shapes a release must cover: GQA groups and head dims, and the largest batch and lengths."""
+
+    groups: tuple[int, ...] = K.SUPPORTED_GROUPS
+    head_dims: tuple[int, ...] = K.SUPPORTED_HEAD_DIMS
+    num_kv_heads: tuple[int, ...] = (8,)
+    max_batch: int = 256  # decode: requests in one step
+    max_live: int = 4096  # decode: the longest live suffix, this step's token included
+    max_query_tokens: int = 8192  # prefill: query tokens in one batch, all requests together
+
+    def __post_init__(self) -> None:
+        for name in ("max_batch", "max_live", "max_query_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"envelope {name} must be at least 1")
+        bad = [g for g in self.groups if g not in K.SUPPORTED_GROUPS]
+        if bad or any(d not in K.SUPPORTED_HEAD_DIMS for d in self.head_dims):
+            raise ValueError(f"envelope outside the kernel's support: groups {self.groups}, head_dims {self.head_dims}")
+
+
+@dataclass(frozen=True)
+class Region:
+    """One configuration and the inputs (inclusive ranges) that choose it.
+
+    Decode regions range over `batch` and `max_live`; prefill regions over `query_rows` (query tokens x group,
+    all requests together) for one `num_kv_heads`. The other pair is None.
+    """
+
+    mode: Mode
+    group: int
+    head_dim: int
+    config: K.KernelConfig
+    batch: tuple[int, int] | None = None
+    max_live: tuple[int, int] | None = None
+    query_rows: tuple[int, int] | None = None
+    num_kv_heads: int | None = None
+
+    def contains(self, *, batch: int = 0, max_live: int = 0, query_rows: int = 0, num_kv_heads: int = 0) -> bool:
+        if self.mode == "decode":
+            assert self.batch is not None and self.max_live is not None
+            return self.batch[0] <= batch <= self.batch[1] and self.max_live[0] <= max_live <= self.max_live[1]
+        assert self.query_rows is not None
+        return self.num_kv_heads == num_kv_heads and self.query_rows[0] <= query_rows <= self.query_rows[1]
+
+    def edge_inputs(self) -> list[dict[str, int]]:
+        """The corners of the region: where a neighbouring configuration takes over, and the envelope's maxima."""
+        if self.mode == "decode":
+            assert self.batch is not None and self.max_live is not None
+            pts = {(b, n) for b in self.batch for n in self.max_live}
+            return [{"batch": b, "max_live": n} for b, n in sorted(pts)]
+        assert self.query_rows is not None
+        # Rows come in whole tokens of `group` rows: the first token count whose rows reach the region, the last
+        # whose rows stay in it.
+        first, last = -(-self.query_rows[0] // self.group), self.query_rows[1] // self.group
+        return [{"query_tokens": t, "num_kv_heads": int(self.num_kv_heads or 0)} for t in sorted({first, last})
+                if first <= last]  # fmt: skip
+
+
+def _intervals(lo: int, hi: int, cuts: set[int]) -> list[tuple[int, int]]:
+    """[lo, hi] split so that every cut inside starts a new interval."""
+    starts = sorted({lo, *(c for c in cuts if lo < c <= hi)})
+    return [(s, (starts[i + 1] - 1) if i + 1 < len(starts) else hi) for i, s in enumerate(starts)]
+
+
+def _merge(regions: list[Region], axis: str, other: str) -> list[Region]:
+    """Join neighbours along `axis` that share the configuration and the `other` range."""
+    out: list[Region] = []
+    for r in sorted(regions, key=lambda r: (getattr(r, other), getattr(r, axis))):
+        prev = out[-1] if out else None
+        if (
+            prev is not None
+            and prev.config == r.config
+            and getattr(prev, other) == getattr(r, other)
+            and getattr(prev, axis)[1] + 1 == getattr(r, axis)[0]
+        ):
+            out[-1] = replace(prev, **{axis: (getattr(prev, axis)[0], getattr(r, axis)[1])})
+        else:
+            out.append(r)
+    return out
+
+
+def decode_regions(group: int, head_dim: int, max_batch: int, max_live: int) -> list[Region]:
+    cells = [
+        Region("decode", group, head_dim, K.decode_config(group, head_dim, b0, n0), batch=(b0, b1), max_live=(n0, n1))
+        for b0, b1 in _intervals(1, max_batch, {K.DECODE_WIDE_MAX_BATCH + 1, K.DECODE_PACK_MIN_BATCH})
+        for n0, n1 in _intervals(1, max_live, {K.DECODE_WIDE_MIN_LIVE})
+    ]
+    return _merge(_merge(cells, "max_live", "batch"), "batch", "max_live")
+
+
+def prefill_regions(group: int, head_dim: int, num_kv_heads: int, max_query_tokens: int) -> list[Region]:
+    # 128-row tiles fill the GPU once (rows // 128) * H_kv reaches the SM count, i.e. from this many rows on.
+    cut = 128 * -(-K.PREFILL_GRID_SMS // num_kv_heads)
+    cells = [
+        Region(
+            "prefill",
+            group,
+            head_dim,
+            K.prefill_config(group, head_dim, rows=r0, num_kv_heads=num_kv_heads),
+            query_rows=(r0, r1),
+            num_kv_heads=num_kv_heads,
+        )
+        for r0, r1 in _intervals(group, max_query_tokens * group, {cut})
+    ]
+    return _merge(cells, "query_rows", "num_kv_heads")
+
+
+def dispatch_table(envelope: Envelope | None = None) -> list[Region]:
+    """Every region of the default dispatch inside `envelope` (the default envelope when None)."""
+    e = envelope or Envelope()
+    table: list[Region] = []
+    for group in e.groups:
+        for head_dim in e.head_dims:
+            table += decode_regions(group, head_dim, e.max_batch, e.max_live)
+            for h_kv in e.num_kv_heads:
+                table += prefill_regions(group, head_dim, h_kv, e.max_query_tokens)
+    return table
+
+
+def _dtype(dt: torch.dtype) -> str:
+    return str(dt).removeprefix("torch.")
+
+
+@dataclass(frozen=True, order=True)
+class Specialization:
+    """One compiled variant of the kernel: the constexprs and launch options that select its binary."""
+
+    mode: str
+    q_dtype: str
+    group: int
+    head_dim: int
+    page_size: int
+    causal: bool
+    cartridge_v: str
+    live_v: str
+    block_m: int
+    block_n: int
+    reqs_per_program: int
+    num_warps: int
+    num_stages: int
+
+    @property
+    def key(self) -> str:
+        """A stable name, e.g. ``decode/bfloat16/g4/d128/p8/causal/cv-float8_e4m3fn/lv-bfloat16/m16n128r1w4s3``."""
+        return (
+            f"{self.mode}/{self.q_dtype}/g{self.group}/d{self.head_dim}/p{self.page_size}/"
+            f"{'causal' if self.causal else 'full'}/cv-{self.cartridge_v}/lv-{self.live_v}/"
+            f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}"
+        )
+
+
+def specialization_of(plan: Plan) -> Specialization:
+    """The compiled variant a planned launch uses (the fault variant and the interpreter are not part of it)."""
+    c = plan.config
+    return Specialization(
+        mode=plan.mode,
+        q_dtype=_dtype(plan.q_dtype),
+        group=plan.num_qo_heads // plan.num_kv_heads,
+        head_dim=plan.head_dim,
+        page_size=plan.page_size,
+        causal=plan.causal,
+        cartridge_v=_dtype(plan.cartridge_v_dtype),
+        live_v=_dtype(plan.live_v_dtype),
+        block_m=c.block_m,
+        block_n=c.block_n,
+        reqs_per_program=c.reqs_per_program,
+        num_warps=c.num_warps,
+        num_stages=c.num_stages,
+    )

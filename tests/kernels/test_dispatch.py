@@ -1,0 +1,74 @@
+"""The dispatch table is what `plan` launches: every input of an envelope falls in exactly one region, whose
+configuration is the one the heuristics choose for it; each region's edges are where the choice changes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from cartridge_attn import CartridgeAttention, decode_config, prefill_config, random_problem
+from cartridge_attn import _kernel as K
+from cartridge_attn.dispatch import Envelope, dispatch_table, specialization_of
+
+ENVELOPE = Envelope(max_batch=80, max_live=1100, max_query_tokens=700, num_kv_heads=(1, 8, 32))
+
+
+@pytest.fixture(scope="module")
+def table():
+    return dispatch_table(ENVELOPE)
+
+
+@pytest.mark.parametrize("group", K.SUPPORTED_GROUPS)
+@pytest.mark.parametrize("head_dim", K.SUPPORTED_HEAD_DIMS)
+def test_every_decode_input_is_in_one_region_with_the_heuristics_config(table, group: int, head_dim: int) -> None:
+    regions = [r for r in table if r.mode == "decode" and (r.group, r.head_dim) == (group, head_dim)]
+    lives = sorted({*range(1, ENVELOPE.max_live + 1, 13), 511, 512, 513, ENVELOPE.max_live})
+    for batch in range(1, ENVELOPE.max_batch + 1):
+        for live in lives:
+            hits = [r for r in regions if r.contains(batch=batch, max_live=live)]
+            assert len(hits) == 1, (batch, live, hits)
+            assert hits[0].config == decode_config(group, head_dim, batch, live), (batch, live)
+
+
+@pytest.mark.parametrize("group", K.SUPPORTED_GROUPS)
+@pytest.mark.parametrize("num_kv_heads", ENVELOPE.num_kv_heads)
+def test_every_prefill_input_is_in_one_region_with_the_heuristics_config(table, group: int, num_kv_heads: int) -> None:
+    regions = [r for r in table if r.mode == "prefill" and r.group == group and r.head_dim == 128]
+    for tokens in range(1, ENVELOPE.max_query_tokens + 1):
+        rows = tokens * group
+        hits = [r for r in regions if r.contains(query_rows=rows, num_kv_heads=num_kv_heads)]
+        assert len(hits) == 1, (tokens, hits)
+        assert hits[0].config == prefill_config(group, 128, rows=rows, num_kv_heads=num_kv_heads)
+
+
+def test_decode_regions_switch_where_the_heuristics_do(table) -> None:
+    g4 = sorted((r.batch, r.max_live, r.config.reqs_per_program, r.config.block_n) for r in table
+                if r.mode == "decode" and (r.group, r.head_dim) == (4, 128))  # fmt: skip
+    assert g4 == [
+        ((1, 4), (1, 511), 1, 128),
+        ((1, 4), (512, 1100), 1, 256),  # a tiny grid with long suffixes takes wide tiles
+        ((5, 31), (1, 1100), 1, 128),
+        ((32, 80), (1, 1100), 2, 128),  # packing two requests per program from batch 32 on
+    ]
+    packed = next(r for r in table if r.mode == "decode" and r.group == 4 and r.config.reqs_per_program == 2)
+    assert {"batch": 32, "max_live": 1} in packed.edge_inputs()  # the batch where packing starts is an edge
+    assert {"batch": 80, "max_live": 1100} in packed.edge_inputs()  # and the envelope's maximum
+    g16 = {r.config.reqs_per_program for r in table if r.mode == "decode" and r.group == 16}
+    assert g16 == {1}  # 16 query heads fill a 16-row tile alone: no packing
+
+
+def test_an_envelope_outside_the_kernel_is_refused() -> None:
+    with pytest.raises(ValueError, match="outside the kernel's support"):
+        Envelope(groups=(3,))
+    with pytest.raises(ValueError, match="max_batch must be at least 1"):
+        Envelope(max_batch=0)
+
+
+def test_a_plans_specialization_names_its_compiled_variant(kernel_device: torch.device) -> None:
+    pr = random_problem([1] * 33, [5] * 33, num_qo_heads=8, num_kv_heads=2, cartridge_len=16, device=kernel_device)
+    attn = CartridgeAttention()
+    plan = attn.plan(*pr.page_table(), device=pr.q.device, **pr.plan_kwargs())
+    spec = specialization_of(plan)
+    cfg = decode_config(4, 64, 33, 5)
+    assert (spec.mode, spec.group, spec.head_dim, spec.reqs_per_program) == ("decode", 4, 64, 2)
+    assert spec.key.startswith("decode/bfloat16/g4/d64/p")
+    assert spec.key.endswith(f"m{cfg.block_m}n{cfg.block_n}r2w{cfg.num_warps}s{cfg.num_stages}")

@@ -1,0 +1,116 @@
+"""A numerics gate's `envelope:` compiles into cells that reach every region of the kernel's dispatch at its
+edges: the configurations production launches are the ones the gate qualifies."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from cartridge_attn import decode_config, prefill_config
+from cartridge_attn.dispatch import Envelope, dispatch_table
+
+from qualify.cli import main
+from qualify.compile import compile_gate_file
+from qualify.errors import GateFileError
+from qualify.registry import default_registry
+
+GATES = Path(__file__).parents[2] / "gates" / "kernel_numerics.yaml"
+
+
+def _items(gate_id: str) -> list:
+    compiled = compile_gate_file(GATES, default_registry())
+    return [i for i in compiled.items if i.gate_id == gate_id]
+
+
+def _decode_config_of(item):
+    lives = item.params.batch.live_lens
+    return decode_config(32 // 8, item.params.head_dim, len(lives), max(lives))
+
+
+def test_the_decode_envelope_reaches_every_decode_region_at_its_edges() -> None:
+    items = [i for i in _items("numerics-envelope-decode") if i.params.live_v == "bf16"]
+    batches = {len(i.params.batch.live_lens) for i in items}
+    assert {1, 4, 5, 31, 32, 33, 256} <= batches  # where packing starts, one either side, the maximum
+    regions = [
+        r for r in dispatch_table(Envelope(groups=(4,), head_dims=(128,), max_batch=256, max_live=4096))
+        if r.mode == "decode"
+    ]  # fmt: skip
+    reached = {id(r) for r in regions for i in items
+               if r.contains(batch=len(i.params.batch.live_lens), max_live=max(i.params.batch.live_lens))}  # fmt: skip
+    assert reached == {id(r) for r in regions}
+    configs = {(c.reqs_per_program, c.block_n) for c in map(_decode_config_of, items)}
+    assert configs == {(1, 128), (2, 128), (1, 256)}  # plain, packed and wide decode
+
+
+def test_envelope_batches_are_ragged_and_seeded() -> None:
+    items = {i.cell_id: i.params for i in _items("numerics-envelope-decode")}
+    b33 = items["bf16-edge-b33-l4096"].batch.live_lens
+    assert len(b33) == 33 and max(b33) == 4096 and {1, 7, 8, 9, 15, 16, 17} <= set(b33)
+    assert items["bf16-edge-b33-l4096"].batch == items["fp8_e4m3-edge-b33-l4096"].batch  # one batch per edge
+    rand = [c for c in items if c.startswith("bf16-rand")]
+    assert len(rand) == 4 and all("-s20261201-" in c for c in rand)  # the seed is in the id
+
+
+def test_the_prefill_envelope_straddles_the_tile_switch() -> None:
+    items = [i for i in _items("numerics-envelope-prefill") if i.params.live_v == "bf16"]
+    tokens = {sum(i.params.batch.q_lens) for i in items}
+    # 8 KV heads: 128-row tiles fill 132 SMs from 17 tiles per head on, 2,176 rows = 544 tokens of group 4.
+    assert {1, 543, 544, 4096} <= tokens
+    blocks = {prefill_config(4, 128, rows=t * 4, num_kv_heads=8).block_m for t in tokens}
+    assert blocks == {64, 128}
+    assert all(q <= n for i in items for q, n in zip(i.params.batch.q_lens, i.params.batch.live_lens, strict=True))
+
+
+def _gate(tmp_path: Path, body: str) -> Path:
+    path = tmp_path / "g.yaml"
+    path.write_text("suite: s\nversion: 1\ngates:\n" + textwrap.indent(textwrap.dedent(body), "  "))
+    return path
+
+
+def test_an_envelope_gate_must_fix_its_shape_itself(tmp_path: Path) -> None:
+    path = _gate(
+        tmp_path,
+        """\
+        - id: env
+          kind: kernel_numerics
+          head_dim: 128
+          num_qo_heads: 32
+          num_kv_heads: 8
+          cartridge: {id: c, length: 632}
+          envelope: {max_batch: 40}
+          matrix:
+            phase: [decode, prefill]
+        """,
+    )
+    with pytest.raises(GateFileError, match=r"g\.yaml:10:\d+: gate 'env': envelope: an envelope gate sets phase"):
+        compile_gate_file(path, default_registry())
+
+
+def test_envelope_fields_are_validated_at_their_line(tmp_path: Path) -> None:
+    path = _gate(
+        tmp_path,
+        """\
+        - id: env
+          kind: kernel_numerics
+          phase: decode
+          head_dim: 128
+          num_qo_heads: 32
+          num_kv_heads: 8
+          cartridge: {id: c, length: 632}
+          envelope: {max_batch: 0}
+        """,
+    )
+    with pytest.raises(GateFileError, match=r"g\.yaml:11:\d+: .*max_batch: Input should be greater than or equal to 1"):
+        compile_gate_file(path, default_registry())
+
+
+def test_qualify_list_names_the_configuration_each_cell_dispatches(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["list", str(GATES)]) == 0
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("numerics-")}
+    assert (
+        "decode m16n128r2w4s3 g4 d128 p8 (batch 32, max live 1)" in lines["numerics-envelope-decode[bf16-edge-b32-l1]"]
+    )
+    assert "decode m16n128r1w4s3" in lines["numerics-envelope-decode[bf16-edge-b31-l1]"]
+    assert "decode m16n256r1w8s2" in lines["numerics-envelope-decode[bf16-edge-b4-l512]"]
+    assert "must be rejected" in lines["numerics-extended[prefill-bf16-16-c632-ragged]"]
