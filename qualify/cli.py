@@ -209,9 +209,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_INTERNAL
     if state.collect_errors:
         return EXIT_USAGE
+    exported = EXIT_OK
     if args.benchmark_json is not None and state.report_path:
         if any(r.kind == "perf_nonregression" and r.outcome for r in state.results):
-            _write_benchmark_json(Path(state.report_path), args.benchmark_json, force=False)
+            exported = _write_benchmark_json(Path(state.report_path), args.benchmark_json, force=False)
         else:
             print(f"{args.benchmark_json}: not written: no perf or engine item ran", file=sys.stderr)
     v = state.verdict
@@ -225,7 +226,8 @@ def cmd_run(args: argparse.Namespace) -> int:
             "*** Use --strict to make this a failing exit code.                                             ***",
             file=sys.stderr,
         )
-    return EXIT_OK
+    # The verdict stands; a requested export that could not be written is still not a clean exit.
+    return EXIT_INTERNAL if exported != EXIT_OK else EXIT_OK
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
@@ -301,6 +303,9 @@ def _write_benchmark_json(report_path: Path, out: Path, *, force: bool) -> int:
     try:
         report = strict_loads(read_bounded(report_path))
         document = benchmark_document(report if isinstance(report, dict) else {})
+    except ImportError as exc:  # a venv built without the project's dependencies
+        print(f"{report_path}: no benchmark JSON: {exc.name or exc} is not installed", file=sys.stderr)
+        return EXIT_USAGE
     except (OSError, ValueError, QualifyError) as exc:
         print(f"{report_path}: no benchmark JSON: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -308,7 +313,7 @@ def _write_benchmark_json(report_path: Path, out: Path, *, force: bool) -> int:
         with out.open("w" if force else "x", encoding="utf-8") as fh:
             json.dump(document, fh, indent=1, sort_keys=True)
     except FileExistsError:
-        print(f"{out}: exists already; pass --force to replace it", file=sys.stderr)
+        print(f"{out}: exists already; choose another path (benchmark-json: or pass --force)", file=sys.stderr)
         return EXIT_INTERNAL
     except OSError as exc:
         print(f"{out}: cannot write benchmark JSON: {exc.strerror or exc}", file=sys.stderr)

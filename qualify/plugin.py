@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import time
 from collections.abc import Iterator
+from contextlib import nullcontext
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -132,11 +133,20 @@ class GateYamlFile(pytest.File):
             yield item
 
 
+def _move_to_shared(owner: ItemResult, seconds: float) -> None:
+    """A later item reused what `owner` built: those seconds were shared setup, not `owner`'s own time."""
+    moved = min(seconds, owner.duration_s)
+    owner.duration_s -= moved
+    owner.shared_setup_s += moved
+
+
 def _item_progress(config: pytest.Config, item: str) -> ItemProgress:
     reporter = config.pluginmanager.get_plugin("terminalreporter")
+    capture = config.pluginmanager.get_plugin("capturemanager")
     quiet = reporter is None or config.get_verbosity() < 0
     tty = reporter is not None and reporter.isatty
-    return ItemProgress(reporter, item, tty=bool(tty), quiet=quiet)
+    uncaptured = capture.global_and_fixture_disabled if capture is not None else nullcontext
+    return ItemProgress(reporter, item, tty=bool(tty), quiet=quiet, uncaptured=uncaptured)
 
 
 class GateTestItem(pytest.Item):
@@ -151,8 +161,8 @@ class GateTestItem(pytest.Item):
         result = _item_result(self.nodeid, g, Status.ERROR)
         state.results.append(result)
         progress = _item_progress(self.config, g.name)
-        state.context.progress = progress
-        shared_before = state.context.shared_seconds
+        ctx = state.context
+        ctx.progress, ctx.current_owner, ctx.on_shared = progress, result, _move_to_shared
         start = time.perf_counter()
         try:
             reason = state.host.skip_reason(g.requires)
@@ -190,8 +200,8 @@ class GateTestItem(pytest.Item):
             raise
         finally:
             progress.close()
-            result.shared_setup_s = state.context.shared_seconds - shared_before
-            result.duration_s = max(0.0, time.perf_counter() - start - result.shared_setup_s)
+            ctx.current_owner = None
+            result.duration_s = time.perf_counter() - start
 
     def repr_failure(self, excinfo: pytest.ExceptionInfo[BaseException], style: Any = None) -> Any:
         if not self.config.option.qualify_traceback and isinstance(excinfo.value, QualifyError):
@@ -240,7 +250,14 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(f"gate file error:\n{err}", red=True)
     v = state.verdict
     colour = {"green": v is Verdict.PASS, "red": v is Verdict.FAIL, "yellow": v is Verdict.INCOMPLETE}
-    note = f" ({unshown_summary(state.results)}: not everything was shown)" if v is Verdict.INCOMPLETE else ""
+    missing = state.unqualified_specializations
+    if missing:
+        tr.write_line(
+            f"kernel specializations dispatched but qualified by no passing numerics item: {', '.join(missing)}",
+            yellow=True,
+        )
+    shown = unshown_summary(state.results, len(missing))
+    note = f" ({shown}: not everything was shown)" if v is Verdict.INCOMPLETE else ""
     tr.write_sep("=", f"VERDICT: {v.value}{note}", bold=True, **colour)
     if state.report_path:
         tr.write_line(f"report:   {state.report_path}")
@@ -252,12 +269,15 @@ def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pyte
         tr.write_line(f"report not written: {state.write_error}", red=True)
 
 
-def unshown_summary(results: list[ItemResult]) -> str:
-    """How many items were not shown, by why (skipped, deselected, vacuous or underpowered)."""
+def unshown_summary(results: list[ItemResult], unqualified: int = 0) -> str:
+    """How many items were not shown, by why (skipped, deselected, vacuous or underpowered), and how many
+    dispatched kernel specializations no passing item qualified."""
     labels = {
         Status.SKIPPED: "skipped",
         Status.DESELECTED: "deselected",
         Status.INCOMPLETE: "vacuous or underpowered",
     }
     parts = [f"{n} {label}" for status, label in labels.items() if (n := sum(r.status is status for r in results))]
+    if unqualified:
+        parts.append(f"{unqualified} dispatched specialization{'s' if unqualified != 1 else ''} unqualified")
     return ", ".join(parts) or "no items"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 LOG_INTERVAL_S = 30.0
@@ -32,8 +33,18 @@ class ItemProgress:
     """The progress callback of one item; `close()` erases the live line."""
 
     def __init__(
-        self, reporter: Any, item: str, *, tty: bool, quiet: bool, clock: Callable[[], float] = time.monotonic
+        self,
+        reporter: Any,
+        item: str,
+        *,
+        tty: bool,
+        quiet: bool,
+        clock: Callable[[], float] = time.monotonic,
+        uncaptured: Callable[[], AbstractContextManager[Any]] = nullcontext,
     ) -> None:
+        # `uncaptured` lifts pytest's output capture around each write: the item runs in pytest's call phase,
+        # where fd 1 goes to a capture file, so a plain write would surface only after the item (or never).
+        self._uncaptured = uncaptured
         self._tr = reporter
         self._item = item
         self._tty = tty
@@ -55,15 +66,19 @@ class ItemProgress:
             return  # a short item says nothing in a log
         self._last = now
         text = progress_text(self._item, phase, done, total, now - self._start)
-        if self._tty:
-            if not self._shown:
-                self._tr.ensure_newline()
-            self._tr.rewrite(text, erase=True)
-            self._shown = True
-        else:
-            self._tr.write_line(f"progress: {text}")
+        with self._uncaptured():
+            if self._tty:
+                if not self._shown:
+                    self._tr.ensure_newline()
+                self._tr.rewrite(text, erase=True)
+                self._shown = True
+            else:
+                self._tr.write_line(f"progress: {text}")
+            self._tr.flush()
 
     def close(self) -> None:
         if self._shown:
-            self._tr.rewrite("", erase=True)
+            with self._uncaptured():
+                self._tr.rewrite("", erase=True)
+                self._tr.flush()
             self._shown = False

@@ -148,6 +148,10 @@ class ItemOutcome:
     parameters: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     shortfalls: list[Shortfall] = field(default_factory=list)
+    # Kernel specializations (compiled-variant keys) this item showed correct, and those it launched to measure
+    # something else (speed): a run may only vouch for what it dispatched if a passing item qualified it.
+    qualifies: list[str] = field(default_factory=list)
+    dispatches: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -203,6 +207,7 @@ class ItemResult:
             "inputs": [asdict(i) for i in o.inputs],
             "parameters": o.parameters,
             "notes": list(o.notes),
+            "specializations": {"qualified": sorted(set(o.qualifies)), "dispatched": sorted(set(o.dispatches))},
         }
 
 

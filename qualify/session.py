@@ -11,6 +11,7 @@ from pathlib import Path
 
 from qualify.compile import CompiledFile
 from qualify.context import RunContext
+from qualify.coverage import CoverageRow, specialization_coverage, unqualified
 from qualify.host import HostCapabilities, detect_host
 from qualify.registry import GateKindRegistry
 from qualify.results import ItemResult, Verdict, verdict
@@ -55,7 +56,17 @@ class SessionState:
         return self._context
 
     @property
+    def coverage(self) -> list[CoverageRow]:
+        return specialization_coverage(self.results)
+
+    @property
+    def unqualified_specializations(self) -> list[str]:
+        return unqualified(self.coverage)
+
+    @property
     def verdict(self) -> Verdict:
         if self.collect_errors:
             return Verdict.FAIL
-        return verdict([r.status for r in self.results])
+        v = verdict([r.status for r in self.results])
+        # Dispatched but never shown correct: the run cannot vouch for what it measured.
+        return Verdict.INCOMPLETE if v is Verdict.PASS and self.unqualified_specializations else v

@@ -38,7 +38,9 @@ CACHE_VARIABLES = {
     "HF_HOME": "huggingface",
     "HF_DATASETS_CACHE": "huggingface/datasets",
     "TRITON_CACHE_DIR": "triton",
-    "HYPOTHESIS_STORAGE_DIRECTORY": "hypothesis",  # its example database, else .hypothesis/ in the work tree
+    # Else .hypothesis/ in the work tree. With the seed forced (below) Hypothesis keeps no example database, so
+    # a failure is replayed by the printed seed, not from a saved example.
+    "HYPOTHESIS_STORAGE_DIRECTORY": "hypothesis",
     "VLLM_CACHE_ROOT": "vllm",
     "VLLM_CONFIG_ROOT": "vllm-config",
 }

@@ -20,40 +20,46 @@ UnsupportedLayoutError, UnsupportedArchitectureError
     Raised for anything outside the specialization (there is no fallback).
 
 The qualified envelope is SM90 (H100 / H200). ``cartridge_attn.faults`` holds test-only faulty variants.
+
+Names are imported on first use: ``cartridge_attn.heuristics`` and ``cartridge_attn.dispatch`` (configurations,
+the dispatch table) need neither torch nor triton, so tools that only plan or list cells stay light, and the
+Triton interpreter can still be chosen before the kernel module is first imported.
 """
 
 from __future__ import annotations
 
-from ._kernel import (
-    QUALIFIED_ARCHS,
-    SUPPORTED_GROUPS,
-    SUPPORTED_HEAD_DIMS,
-    SUPPORTED_PAGE_SIZES,
-    KernelConfig,
-    decode_config,
-    prefill_config,
-)
-from .api import CartridgeAttention, Plan
-from .cache_write import write_live_kv
-from .errors import (
-    CartridgeAttentionError,
-    NotPlannedError,
-    UnsupportedArchitectureError,
-    UnsupportedLayoutError,
-)
-from .identity import kernel_identity, source_sha256
-from .paging import (
-    CascadeLayout,
-    InjectionLayout,
-    block_table_to_indptr,
-    build_cascade_layout,
-    build_injection_layout,
-    live_lengths,
-    split_combined_kv,
-)
-from .problems import AttentionProblem, random_problem
-from .reference import reference_attention
+from importlib import import_module
+from typing import Any
 
+# name -> the submodule that defines it
+_EXPORTS = {
+    "QUALIFIED_ARCHS": "heuristics",
+    "SUPPORTED_GROUPS": "heuristics",
+    "SUPPORTED_HEAD_DIMS": "heuristics",
+    "SUPPORTED_PAGE_SIZES": "heuristics",
+    "KernelConfig": "heuristics",
+    "decode_config": "heuristics",
+    "prefill_config": "heuristics",
+    "CartridgeAttention": "api",
+    "Plan": "api",
+    "write_live_kv": "cache_write",
+    "CartridgeAttentionError": "errors",
+    "NotPlannedError": "errors",
+    "UnsupportedArchitectureError": "errors",
+    "UnsupportedLayoutError": "errors",
+    "kernel_identity": "identity",
+    "source_sha256": "identity",
+    "CascadeLayout": "paging",
+    "InjectionLayout": "paging",
+    "block_table_to_indptr": "paging",
+    "build_cascade_layout": "paging",
+    "build_injection_layout": "paging",
+    "live_lengths": "paging",
+    "split_combined_kv": "paging",
+    "AttentionProblem": "problems",
+    "random_problem": "problems",
+    "reference_attention": "reference",
+}
 __all__ = [
     "QUALIFIED_ARCHS",
     "SUPPORTED_GROUPS",
@@ -82,3 +88,16 @@ __all__ = [
     "split_combined_kv",
     "write_live_kv",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

@@ -12,9 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Literal
 
-import torch
-
-from . import _kernel as K
+from . import heuristics as K
 
 if TYPE_CHECKING:
     from .api import Plan
@@ -143,7 +141,7 @@ def dispatch_table(envelope: Envelope | None = None) -> list[Region]:
     return table
 
 
-def _dtype(dt: torch.dtype) -> str:
+def _dtype(dt: object) -> str:
     return str(dt).removeprefix("torch.")
 
 

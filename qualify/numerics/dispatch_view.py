@@ -13,7 +13,7 @@ from qualify.numerics.cell import KernelNumericsParams
 def describe_cell(params: KernelNumericsParams) -> str:
     if params.check != "kernel":
         return f"{params.check} check"
-    from cartridge_attn import _kernel as K
+    from cartridge_attn import heuristics as K
 
     group, rem = divmod(params.num_qo_heads, params.num_kv_heads)
     if rem or group not in K.SUPPORTED_GROUPS or params.head_dim not in K.SUPPORTED_HEAD_DIMS:

@@ -60,6 +60,10 @@ def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -
             oe = ErrorStats.between(out, flashinfer_oracle(pr), p.rtol, p.atol)
             oracle_errors = oe if oracle_errors is None else oracle_errors.worst(oe)
     assert errors is not None  # repeats >= 1 (the schema's bound)
+    identity = ca.kernel_identity(attn)
+    # A passing cell vouches for the compiled variant it launched; a fault variant or the interpreter for none.
+    if not fault and not identity.get("interpreted") and identity.get("specialization"):
+        outcome.qualifies.append(identity["specialization"])
     m.update(
         contract=False,
         max_abs_err=errors.max_abs,
@@ -68,7 +72,7 @@ def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -
         nan_count=errors.nan_count,
         violations=errors.violations,
         seeds=seeds,
-        kernel=ca.kernel_identity(attn),
+        kernel=identity,
         second_oracle=None
         if oracle_errors is None
         else {"name": SECOND_ORACLE_NAME, "max_abs_err": oracle_errors.max_abs, "rel_l2": oracle_errors.rel_l2},

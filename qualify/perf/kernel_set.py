@@ -421,7 +421,15 @@ def measure(request: WorkRequest) -> WorkResult:
                             bytes_moved=moved,
                             pct_peak_bw=pct,
                             method=t.method,
-                            detail={"layers": shape.num_layers, "buffer_sets": spec.n_sets, "q_len": spec.q_len},
+                            detail={
+                                "layers": shape.num_layers,
+                                "buffer_sets": spec.n_sets,
+                                "q_len": spec.q_len,
+                                # The compiled variant this cell launched (fused kernel only), from the kernel.
+                                "specialization": (built.identity() or {}).get("specialization")
+                                if built.identity is not None
+                                else None,
+                            },
                         )
                     )
                 if identity is None and built.identity is not None:

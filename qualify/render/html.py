@@ -56,6 +56,12 @@ def _header(src: RenderInput) -> str:
     computed = view.computed_verdict(report)
     if verdict != computed:
         parts.append(f"<p class='warning'>The report states {esc(verdict)}, but its items imply {esc(computed)}.</p>")
+    missing = view.unqualified_specializations(report)
+    if missing:
+        parts.append(
+            "<p class='warning'>Kernel specializations dispatched by this run but qualified by no passing numerics "
+            f"item: {esc(', '.join(missing))}. The measurements on them vouch for nothing.</p>"
+        )
     if src.schema_errors:
         errors = "".join(f"<li>{esc(e)}</li>" for e in src.schema_errors)
         parts.append(f"<div class='warning'>The report does not match its schema:<ul>{errors}</ul></div>")
@@ -149,6 +155,22 @@ def _summary(s: Summary) -> str:
     return f"<section id='{esc(s.id)}'><h2>{esc(s.title)}</h2>{body}</section>"
 
 
+def _coverage(report: dict[str, Any]) -> str:
+    rows = view.coverage_rows(report)
+    if not rows:
+        return ""
+    body = "".join(
+        f"<tr><td><code>{esc(key)}</code></td><td>{esc(', '.join(q)) or '<strong>none</strong>'}</td>"
+        f"<td>{esc(', '.join(d)) or '-'}</td></tr>"
+        for key, q, d in rows
+    )
+    return (
+        "<section id='coverage'><h2>Kernel specialization coverage</h2><div class='scroll'><table><thead><tr>"
+        "<th scope='col'>specialization</th><th scope='col'>qualified by</th><th scope='col'>dispatched by</th>"
+        f"</tr></thead><tbody>{body}</tbody></table></div></section>"
+    )
+
+
 def render_html(src: RenderInput, registry: GateKindRegistry | None = None) -> str:
     """The page; every registered kind's render hook contributes its figures and summaries."""
     report = src.report
@@ -162,6 +184,7 @@ def render_html(src: RenderInput, registry: GateKindRegistry | None = None) -> s
             f"<title>{esc(title)}</title><style>{CSS}</style></head><body>",
             _header(src),
             _gates(report, blocks.replaced_tables()),
+            _coverage(report),
             _plots(blocks),
             *(_summary(s) for s in blocks.summaries),
             provenance_section(src),

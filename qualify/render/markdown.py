@@ -72,6 +72,13 @@ def _header(src: RenderInput) -> str:
     computed = view.computed_verdict(report)
     if computed != verdict:
         lines += ["", f"> [!WARNING]\n> The report states {verdict} but its items imply {computed}."]
+    missing = view.unqualified_specializations(report)
+    if missing:
+        lines += [
+            "",
+            "> [!WARNING]",
+            f"> Dispatched but qualified by no passing numerics item: {md(', '.join(missing))}",
+        ]
     if src.schema_errors:
         lines += ["", "> [!WARNING]", f"> The report does not match its schema ({len(src.schema_errors)} problems)."]
     return "\n".join(lines) + "\n"

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from qualify.render.fmt import as_float, as_list, as_text
+from qualify.render.fmt import as_dict, as_float, as_list, as_text
 
 # Worst first: a gate takes the worst status of its items, so one skipped cell cannot hide behind passes.
 _STATUS_RANK = {"error": 0, "failed": 1, "incomplete": 2, "deselected": 3, "skipped": 4, "passed": 5}
@@ -164,4 +164,25 @@ def computed_verdict(report: dict[str, Any]) -> str:
         return "FAIL"
     if not statuses or any(s != "passed" for s in statuses):
         return "INCOMPLETE"
-    return "PASS"
+    return "INCOMPLETE" if unqualified_specializations(report) else "PASS"
+
+
+def coverage_rows(report: dict[str, Any]) -> list[tuple[str, list[str], list[str]]]:
+    """(specialization, passing items that qualified it, items that dispatched it), read from the items
+    themselves (not the report's own coverage block, which a tampered report could contradict)."""
+    qualified: dict[str, list[str]] = {}
+    dispatched: dict[str, list[str]] = {}
+    for item in items(report):
+        spec = as_dict(item.get("specializations"))
+        name = as_text(item.get("name"))
+        if item_status(item) == "passed":
+            for key in as_list(spec.get("qualified")):
+                qualified.setdefault(as_text(key), []).append(name)
+        for key in as_list(spec.get("dispatched")):
+            dispatched.setdefault(as_text(key), []).append(name)
+    return [(k, qualified.get(k, []), dispatched.get(k, [])) for k in sorted(set(qualified) | set(dispatched))]
+
+
+def unqualified_specializations(report: dict[str, Any]) -> list[str]:
+    """Specializations some item dispatched and no passing item qualified."""
+    return [key for key, qualified, dispatched in coverage_rows(report) if dispatched and not qualified]

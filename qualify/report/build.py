@@ -75,6 +75,10 @@ def build_report(
             for c in state.compiled
         ],
         "collect_errors": list(state.collect_errors),
+        "coverage": {
+            "rows": [row.to_dict() for row in state.coverage],
+            "unqualified": state.unqualified_specializations,
+        },
         "items": [_relative_item(r.to_dict(), root) for r in state.results],
         "inputs": [
             {"name": i.name, "path": as_reported(i.path, root), "sha256": i.sha256, "role": i.role}

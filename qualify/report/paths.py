@@ -15,9 +15,8 @@ def repository_root(start: Path | None = None) -> Path:
 def as_reported(path: str, root: Path) -> str:
     """`path` relative to `root` (POSIX separators) when it lies inside it; otherwise unchanged."""
     p = Path(path)
-    if not p.is_absolute():
-        return p.as_posix()
     try:
-        return p.resolve().relative_to(root).as_posix()
+        # A relative path was relative to the working directory, which need not be the root.
+        return (p if p.is_absolute() else Path.cwd() / p).resolve().relative_to(root).as_posix()
     except ValueError:
         return path

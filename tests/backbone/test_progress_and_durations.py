@@ -8,7 +8,9 @@ import pytest
 import qualify.context as context_module
 from qualify.context import RunContext
 from qualify.host import HostCapabilities
+from qualify.plugin import _move_to_shared
 from qualify.progress import LOG_INTERVAL_S, ItemProgress, progress_text
+from qualify.results import ItemResult, Status
 
 
 class FakeReporter:
@@ -23,6 +25,9 @@ class FakeReporter:
 
     def write_line(self, line: str) -> None:
         self.calls.append(("line", line))
+
+    def flush(self) -> None:
+        pass
 
 
 class Clock:
@@ -72,15 +77,49 @@ def test_quiet_writes_nothing(tty: bool) -> None:
     assert run_item(tty=tty, quiet=True, total=100).calls == []
 
 
-def test_memoized_builds_are_shared_time_counted_once(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_build_is_shared_time_only_once_a_later_item_reuses_it(monkeypatch: pytest.MonkeyPatch) -> None:
     ticks = iter(range(0, 1000, 5))
     monkeypatch.setattr(context_module.time, "perf_counter", lambda: float(next(ticks)))
-    ctx = RunContext(host=HostCapabilities(available=frozenset()))
-    assert ctx.memo("outer", lambda: ctx.memo("inner", lambda: 1) + 1) == 2
-    # The outer build reads the clock at 0 and at its end (10); the inner one, inside it, starts at 5 and adds
-    # nothing of its own. Counting both would give 10 + (the inner one's 5..end) instead.
-    assert ctx.shared_seconds == 10.0
-    assert ctx.memo("outer", lambda: 99) == 2  # memoized: not rebuilt, no more shared time
-    assert ctx.shared_seconds == 10.0
-    assert ctx.memo("second", lambda: 3) == 3  # a later, separate build adds its own span (15..20)
-    assert ctx.shared_seconds == 15.0
+    moved: list[tuple[str, float]] = []
+    ctx = RunContext(host=HostCapabilities(available=frozenset()), on_shared=lambda o, s: moved.append((o, s)))
+    ctx.current_owner = "first"
+    # The outer build reads the clock at 0 and at its end (10); the inner one, inside it, counts in the outer.
+    assert ctx.memo("model", lambda: ctx.memo("tokenizer", lambda: 1) + 1) == 2
+    assert ctx.memo("only-mine", lambda: 3) == 3  # 15..20
+    assert ctx.memo("model", lambda: 99) == 2  # the same item again: still its own time
+    assert moved == []
+    ctx.current_owner = "second"
+    assert ctx.memo("model", lambda: 99) == 2  # a later item reuses it: the builder's 10 s were shared
+    assert ctx.memo("model", lambda: 99) == 2  # reported once
+    assert moved == [("first", 10.0)]
+    ctx.current_owner = "third"
+    ctx.memo("tokenizer", lambda: 99)  # built inside "model": its time is already in the outer build's
+    assert moved == [("first", 10.0), ("first", 0.0)]
+
+
+def test_the_line_reaches_the_terminal_past_pytests_capture(pytester: pytest.Pytester) -> None:
+    # Written from inside a passing test (pytest's call phase, output captured): were it captured, it would be
+    # discarded with the passing test's output instead of shown.
+    pytester.makepyfile(
+        """
+        import qualify.progress as progress
+        from qualify.plugin import _item_progress
+
+        def test_inner(request, monkeypatch):
+            monkeypatch.setattr(progress, "LOG_INTERVAL_S", 0.0)
+            report = _item_progress(request.config, "gate[cell]")
+            report("sequences", 3, 8)
+            report.close()
+        """
+    )
+    result = pytester.runpytest_subprocess("-v")
+    result.assert_outcomes(passed=1)
+    assert any(line.startswith("progress: gate[cell]  sequences 3/8") for line in result.outlines), result.outlines
+
+
+def test_moving_shared_time_keeps_the_items_total() -> None:
+    item = ItemResult("n", "n", "g", None, "compare", "g.yaml", [], "", Status.PASSED, None, 12.0)
+    _move_to_shared(item, 10.0)
+    assert (item.duration_s, item.shared_setup_s) == (2.0, 10.0)
+    _move_to_shared(item, 5.0)  # never more than the item spent
+    assert (item.duration_s, item.shared_setup_s) == (0.0, 12.0)

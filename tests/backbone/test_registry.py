@@ -64,9 +64,12 @@ def test_an_unknown_kind_lists_the_known_ones() -> None:
 
 
 def test_lint_imports_neither_torch_nor_a_runner() -> None:
+    # An envelope gate is expanded against the kernel's dispatch table (cartridge_attn.heuristics / .dispatch),
+    # which is plain Python: the kernel itself (and torch, triton) stays unimported.
+    heavy = "('torch', 'triton', 'cartridge_attn._kernel', 'cartridge_attn.api')"
     code = (
         "import sys; from qualify.cli import main; code = main(['lint', *sys.argv[1:]]); "
-        "bad = sorted(m for m in sys.modules if m in ('torch', 'triton', 'cartridge_attn') or m.endswith('.runner')); "
+        f"bad = sorted(m for m in sys.modules if m in {heavy} or m.endswith('.runner')); "
         "print('IMPORTED', bad); raise SystemExit(code)"
     )
     gates = sorted(str(p) for p in (REPO / "gates").glob("*.yaml"))

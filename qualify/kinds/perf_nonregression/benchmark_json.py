@@ -9,7 +9,7 @@ used it). A baseline read from a signed release report is not re-exported: it wa
 
 from __future__ import annotations
 
-import platform
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +28,7 @@ def _to_seconds(unit: str, batch: int) -> Callable[[float], float] | None:
     if unit == "s":
         return lambda v: v
     if unit == "tok/s":
-        return lambda v: batch / v if v > 0 else float("inf")
+        return lambda v: batch / v
     return None
 
 
@@ -38,7 +38,7 @@ def _machine_info(provenance: dict[str, Any]) -> dict[str, Any]:
     return {
         "node": provenance.get("hostname", ""),
         "processor": (provenance.get("cpu") or {}).get("model", ""),
-        "machine": platform.machine(),
+        "machine": provenance.get("os", ""),  # the measuring host's, not the exporting one's
         "python_implementation": "CPython",
         "python_version": provenance.get("python", ""),
         "system": provenance.get("os", ""),
@@ -80,7 +80,10 @@ def benchmark_document(report: dict[str, Any]) -> dict[str, Any]:
             sides.append(("baseline", m.baseline, m.baseline_process_samples))
         for role, implementation, processes in sides:
             name = f"{m.metric}[{implementation}-b{m.batch}-s{m.suffix}]"
-            data = [convert(x) for group in processes for x in group]
+            raw = [x for group in processes for x in group]
+            if not raw or not all(math.isfinite(x) and x > 0 for x in raw):
+                raise QualifyError(f"item {item.get('name')}: {role} samples must be finite and positive")
+            data = [convert(x) for x in raw]
             if name in benches and benches[name]["stats"]["data"] != data:
                 name = f"{name}#{item.get('name')}"  # same cell measured twice (other options): keep both
             if name in benches:
@@ -103,7 +106,7 @@ def benchmark_document(report: dict[str, Any]) -> dict[str, Any]:
                     "role": role,
                     "items": [item.get("name")],
                 },
-                "options": {"timer": "cuda events", "processes": len(processes)},
+                "options": {"timer": getattr(m.timing_method, role) or "unknown", "processes": len(processes)},
                 "stats": {**stats.as_dict(), "data": data, "iterations": 1},
             }
     if not benches:

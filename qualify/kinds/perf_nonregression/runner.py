@@ -209,13 +209,14 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
     results = _measure_sides(ctx, requests, timeout)
     cand_results = results[0]
     candidate, cand_cell = _side(cand_results, p, _label(p.candidate, p.candidate_options))
+    base_cell = None
     notes = [m.description]
     if p.baseline == RELEASE:
         baseline, release_note = _release_side(item, ctx, p)
         notes += [release_note] if release_note else []
         source = str(ctx.baseline)
     else:
-        baseline, _ = _side(results[1], p, _label(p.baseline, p.baseline_options))
+        baseline, base_cell = _side(results[1], p, _label(p.baseline, p.baseline_options))
         n = p.timing.processes
         source = f"measured in this run ({n} fresh process{'es, interleaved with the candidate' if n > 1 else ''})"
     if p.timing.processes == 1:
@@ -265,10 +266,13 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
         )
     notes += [n for n in (ncu_note,) if n]
     notes += [f"{candidate.name}: {cand_cell.method}"]
+    # The fused kernel's compiled variants this item timed, as the worker read them from the kernel.
+    dispatched = [c.detail.get("specialization") for c in (cand_cell, base_cell) if c is not None]
     return ItemOutcome(
         checks=[comparison.check],
         measurements=PerfNonRegressionMeasurements.written(measurements),
         tables=[comparison.table],
         parameters=p.report_parameters(),
         notes=notes,
+        dispatches=[d for d in dispatched if isinstance(d, str)],
     )

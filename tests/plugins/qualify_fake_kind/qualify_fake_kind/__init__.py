@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, ClassVar, Literal
 
+from pydantic import Field
+
 from qualify.compile import GateItem
 from qualify.context import RunContext
 from qualify.hashing import sha256_file
@@ -24,6 +26,9 @@ class CompareParams(KindParams):
     limit: float
     mode: Literal["upper", "lower"] = "upper"
     file: str | None = None
+    # Stand-ins for a numerics item (qualifies) and a perf item (dispatches) in specialization-coverage tests.
+    qualifies: list[str] = Field(default_factory=list)
+    dispatches: list[str] = Field(default_factory=list)
 
 
 class CompareMeasurements(MeasurementModel):
@@ -47,6 +52,8 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
         checks=[Check(name="value", observed=p.value, operator=op, threshold=p.limit, statistic="exact", n=1)],
         measurements=CompareMeasurements(value=p.value),
         parameters=p.report_parameters(),
+        qualifies=list(p.qualifies),
+        dispatches=list(p.dispatches),
     )
     if p.file:
         path = item.gate_file.resolve(p.file)

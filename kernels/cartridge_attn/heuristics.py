@@ -1,0 +1,129 @@
+"""The fused kernel's launch configurations and the default heuristics that choose them (no torch, no triton).
+
+Kept apart from the kernel so that a gate file's envelope can be expanded into cells, and linted, against the
+dispatch without importing torch or triton; `_kernel` re-exports every name here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+# ---------------------------------------------------------------------------------------------------
+# What the specialization covers. Anything else is rejected by the API, never sent to a fallback.
+# ---------------------------------------------------------------------------------------------------
+QUALIFIED_ARCHS: tuple[tuple[int, int], ...] = ((9, 0),)
+SUPPORTED_HEAD_DIMS: tuple[int, ...] = (64, 128)
+SUPPORTED_PAGE_SIZES: tuple[int, ...] = (8, 16)
+SUPPORTED_GROUPS: tuple[int, ...] = (1, 2, 4, 8, 16)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Configurations.
+# ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class KernelConfig:
+    """Launch configuration of the fused kernel.
+
+    Attributes
+    ----------
+    block_m : int
+        Rows per program (query tokens x GQA heads in prefill, requests x heads in decode).
+    block_n : int
+        Key positions per tile (in decode, shared by ``reqs_per_program`` requests in the live loop).
+    reqs_per_program : int
+        Decode only: requests packed into one program; 1 for prefill.
+    num_warps : int
+        Warps per program.
+    num_stages : int
+        Software-pipelining depth of the K/V loads.
+    """
+
+    block_m: int
+    block_n: int
+    reqs_per_program: int
+    num_warps: int
+    num_stages: int
+
+    def as_dict(self) -> dict[str, int]:
+        return asdict(self)
+
+
+# The inputs at which the default configurations change, named once: the heuristics below read them and
+# cartridge_attn.dispatch derives the dispatch table (every configuration and the region choosing it) from them.
+DECODE_PACK_MIN_BATCH = 32  # from this batch on, decode packs 2 requests per program
+DECODE_WIDE_MAX_BATCH = 4  # up to this batch ...
+DECODE_WIDE_MIN_LIVE = 512  # ... and from this live length on, unpacked decode uses wide tiles
+PREFILL_GRID_SMS = 132  # fewer 128-row tiles x KV heads than the H200's SMs: prefill drops to 64-row tiles
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+def decode_config(
+    group: int,
+    head_dim: int,
+    batch: int,
+    max_live: int,
+    *,
+    reqs: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> KernelConfig:
+    """Decode configuration; the defaults follow the H200 sweep recorded in results/2026-11-29-kernel-h200/.
+
+    Packing several requests into one program lets them share each cartridge tile (fewer L2 reads of
+    the cartridge) but leaves fewer programs, so it pays only once there are programs enough to fill
+    the 132 SMs (batch x H_kv well above 132).
+    """
+    if reqs is None:
+        reqs = 2 if batch >= DECODE_PACK_MIN_BATCH else 1
+    reqs = max(1, min(reqs, 16 // group if group <= 16 else 1))
+    block_m = max(16, _pow2_at_least(reqs * group))
+    # A tiny grid with long suffixes: wider tiles put more bytes in flight per program.
+    wide = reqs == 1 and batch <= DECODE_WIDE_MAX_BATCH and max_live >= DECODE_WIDE_MIN_LIVE
+    if block_n is None:
+        block_n = 256 if (reqs > 2 or wide) else 128
+    block_n = max(block_n, 16 * reqs)
+    return KernelConfig(
+        block_m=block_m,
+        block_n=block_n,
+        reqs_per_program=reqs,
+        num_warps=num_warps if num_warps is not None else (8 if wide else 4),
+        num_stages=num_stages if num_stages is not None else (2 if wide else 3),
+    )
+
+
+def prefill_config(
+    group: int,
+    head_dim: int,
+    *,
+    rows: int | None = None,
+    num_kv_heads: int | None = None,
+    block_m: int | None = None,
+    block_n: int | None = None,
+    num_warps: int | None = None,
+    num_stages: int | None = None,
+) -> KernelConfig:
+    """Prefill configuration; the defaults follow the H200 sweep recorded in results/2026-11-29-kernel-h200/.
+
+    ``rows`` (total query rows, i.e. query tokens x group) and ``num_kv_heads`` let the default drop to
+    64-row tiles when 128-row tiles would leave most of the 132 SMs idle.
+    """
+    small_grid = rows is not None and num_kv_heads is not None and (rows // 128) * num_kv_heads < PREFILL_GRID_SMS
+    if block_m is None:
+        block_m = 64 if small_grid else 128
+    bm = max(block_m, 16, _pow2_at_least(group))
+    if block_n is None:
+        # Measured on the H200 (head_dim 128): 128x32 tiles, one warpgroup, 4 stages beat larger tiles;
+        # head_dim 64 has not been swept and keeps 64-wide tiles.
+        block_n = 64 if (bm < 128 or head_dim != 128) else 32
+    deep = bm >= 128 and block_n <= 32
+    return KernelConfig(
+        block_m=bm,
+        block_n=block_n,
+        reqs_per_program=1,
+        num_warps=num_warps if num_warps is not None else 4,
+        num_stages=num_stages if num_stages is not None else (4 if deep else 3),
+    )
