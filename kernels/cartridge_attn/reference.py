@@ -30,8 +30,10 @@ def reference_attention(
     live_v_scale: torch.Tensor | None = None,
     sm_scale: float | None = None,
     causal: bool = True,
+    precision: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Attention of each request's queries over ``cartridge ++ live``, in fp32.
+    """Attention of each request's queries over ``cartridge ++ live``, in fp32 (the definition the kernel is
+    held to) or, with ``precision=torch.float64``, the same arithmetic in double as an error yardstick.
 
     Parameters
     ----------
@@ -50,12 +52,16 @@ def reference_attention(
     causal : bool
         Bottom-right aligned causal mask over the live suffix: query ``t`` of ``n`` queries, with ``L``
         live tokens, sees live tokens ``0 .. L - n + t`` and every cartridge position.
+    precision : torch.dtype
+        ``torch.float32`` (default) or ``torch.float64``.
 
     Returns
     -------
     torch.Tensor
-        ``(total_q, H_q, D)`` float32.
+        ``(total_q, H_q, D)`` in ``precision``.
     """
+    if precision not in (torch.float32, torch.float64):
+        raise ValueError(f"precision must be float32 or float64, not {precision}")
     total_q, h_q, d = q.shape
     h_kv = cartridge_k.shape[1]
     group = h_q // h_kv
@@ -63,22 +69,20 @@ def reference_attention(
     page_size = live_k.shape[1]
     lens = live_lengths(kv_indptr.cpu(), kv_last_page_len.cpu(), page_size)
     qo = qo_indptr.cpu()
-    ck = cartridge_k.to(torch.float32)
-    cv = dequantize_v(cartridge_v, cartridge_v_scale, torch.float32)
+    ck = cartridge_k.to(precision)
+    cv = dequantize_v(cartridge_v, cartridge_v_scale, precision)
     t_c = ck.shape[0]
-    out = torch.empty((total_q, h_q, d), dtype=torch.float32, device=q.device)
+    out = torch.empty((total_q, h_q, d), dtype=precision, device=q.device)
     for b in range(qo.numel() - 1):
         q0, q1 = int(qo[b]), int(qo[b + 1])
         n, length = q1 - q0, int(lens[b])
         if n == 0:
             continue
-        lk = gather_live(live_k, kv_indptr.cpu(), kv_indices.cpu(), b, length).to(torch.float32)
-        lv = dequantize_v(
-            gather_live(live_v, kv_indptr.cpu(), kv_indices.cpu(), b, length), live_v_scale, torch.float32
-        )
+        lk = gather_live(live_k, kv_indptr.cpu(), kv_indices.cpu(), b, length).to(precision)
+        lv = dequantize_v(gather_live(live_v, kv_indptr.cpu(), kv_indices.cpu(), b, length), live_v_scale, precision)
         k = torch.cat([ck, lk], 0).repeat_interleave(group, dim=1)  # (T, H_q, D)
         v = torch.cat([cv, lv], 0).repeat_interleave(group, dim=1)
-        qb = q[q0:q1].to(torch.float32)
+        qb = q[q0:q1].to(precision)
         s = torch.einsum("qhd,khd->hqk", qb, k) * scale
         if causal:
             t = torch.arange(n, device=q.device)[:, None]

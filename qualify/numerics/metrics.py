@@ -92,3 +92,50 @@ def tolerance_checks(prefix: str, e: ErrorStats, p: KernelNumericsParams, n: int
             n=n,
         ),
     ]
+
+
+def rel_l2_f64(out: torch.Tensor, ref64: torch.Tensor) -> float:
+    """||out - ref|| / ||ref|| in float64 (NaN outputs make it infinite)."""
+    diff = (out.double() - ref64).nan_to_num(nan=float("inf"))
+    return float(diff.norm() / ref64.norm().clamp_min(1e-300))
+
+
+@dataclass(frozen=True)
+class OracleTie:
+    """The kernel's and an accepted implementation's errors against float64 on the same inputs, and the bound
+    `oracle_factor * oracle + oracle_eps` the kernel's must stay within."""
+
+    kernel: float
+    oracle: float
+    bound: float
+    oracle_name: str
+
+    @staticmethod
+    def measure(
+        out: torch.Tensor, accepted: torch.Tensor, ref64: torch.Tensor, p: KernelNumericsParams, name: str | None
+    ) -> OracleTie:
+        oracle = rel_l2_f64(accepted, ref64)
+        return OracleTie(
+            kernel=rel_l2_f64(out, ref64),
+            oracle=oracle,
+            bound=p.oracle_factor * oracle + p.oracle_eps,
+            oracle_name=name or "fp32-reference-rounded-to-output-dtype",
+        )
+
+    def closer_to_bound_than(self, other: OracleTie) -> bool:
+        """Whether this repeat uses more of its bound (NaN counts as over it), so the check reports the worst."""
+        mine, theirs = self.kernel / self.bound, other.kernel / other.bound
+        return math.isnan(mine) or (not math.isnan(theirs) and mine > theirs)
+
+    def check(self, n: int) -> Check:
+        return Check(
+            name=f"{REL_L2_CHECK} vs float64, tied to {self.oracle_name}",
+            observed=self.kernel,
+            operator="<=",
+            threshold=self.bound,
+            statistic=(
+                f"kernel ||out - ref64|| / ||ref64|| against oracle_factor x the accepted implementation's "
+                f"({self.oracle:.3e}) + oracle_eps; the repeat closest to its bound"
+            ),
+            n=n,
+        )

@@ -30,6 +30,22 @@ def fp32_reference(pr: Any) -> torch.Tensor:
     )
 
 
+def float64_reference(pr: Any) -> torch.Tensor:
+    """The reference's arithmetic in float64: the yardstick the kernel and the accepted oracle are measured by."""
+    import cartridge_attn
+
+    return cartridge_attn.reference_attention(
+        pr.q, pr.cartridge_k, pr.cartridge_v, pr.live_k, pr.live_v, *pr.page_table(), precision=torch.float64,
+        **pr.run_kwargs(),
+    )  # fmt: skip
+
+
+def rounded_reference(pr: Any) -> torch.Tensor:
+    """What an exact implementation stores: the fp32 reference rounded to the output dtype (the oracle when
+    FlashInfer does not run)."""
+    return fp32_reference(pr).to(pr.q.dtype)
+
+
 def injection_layout_f64(pr: Any) -> Any:
     """The ordinary injection layout of `pr` (cartridge copied into every request's pages), float64."""
     from cartridge_attn import build_injection_layout

@@ -30,6 +30,9 @@ def main() -> None:
                     "passed": outcome.passed,
                     "failed": failed,
                     **{k: measured[k] for k in ("rel_l2", "max_abs_err", "nan_count", "violations")},
+                    **{k: measured[k] for k in ("rel_l2_f64", "oracle_rel_l2_f64", "oracle_f64")},
+                    "qualifies": outcome.qualifies,
+                    "checks": [c.name for c in outcome.checks],
                 }
             )
         )

@@ -79,6 +79,11 @@ def test_interpreted_kernel_passes_and_every_fault_fails_the_gate(tmp_path: Path
     ok = run_cells(tmp_path, 0, "cpu")
     assert [r["item"] for r in ok] == ["small[prefill]", "small[decode]"]
     assert all(r["passed"] for r in ok), ok
+    for r in ok:  # the error is also tied to what an exact implementation stored in bf16 achieves
+        assert "relative L2 error vs float64, tied to fp32-reference-rounded-to-output-dtype" in r["checks"]
+        assert r["oracle_f64"] == "fp32-reference-rounded-to-output-dtype"
+        assert 0 < r["oracle_rel_l2_f64"] < 1e-2 and r["rel_l2_f64"] <= 3.0 * r["oracle_rel_l2_f64"] + 2e-4
+        assert r["qualifies"] == []  # the interpreter vouches for no compiled variant
     for fault, name in FAULTS.items():
         results = run_cells(tmp_path, fault, "cpu")
         # A fault may be invisible in decode (e.g. a causal shift has no future token there), but the

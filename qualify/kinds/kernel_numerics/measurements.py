@@ -44,3 +44,8 @@ class KernelNumericsMeasurements(MeasurementModel):
     violations: int | None = None  # elements outside atol + rtol*|ref|
     second_oracle: SecondOracle | None = None
     kernel: dict[str, Any] | None = None  # identity of the compiled kernel (config, cubin and source digests)
+    # Relative L2 errors against the float64 reference of the kernel and of the accepted oracle (`oracle_f64`:
+    # FlashInfer, or the fp32 reference rounded to the output dtype), in the repeat closest to its bound.
+    rel_l2_f64: float | None = None
+    oracle_rel_l2_f64: float | None = None
+    oracle_f64: str | None = None
