@@ -168,9 +168,12 @@ class Specialization:
         """A stable name, e.g. ``decode/bfloat16/g4/d128/p8/causal/cv-float8_e4m3fn/lv-bfloat16/m16n128r1w4s3``."""
         return (
             f"{self.mode}/{self.q_dtype}/g{self.group}/d{self.head_dim}/p{self.page_size}/"
-            f"{'causal' if self.causal else 'full'}/cv-{self.cartridge_v}/lv-{self.live_v}/"
-            f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}"
+            f"{'causal' if self.causal else 'full'}/cv-{self.cartridge_v}/lv-{self.live_v}/{self.config.tag}"
         )
+
+    @property
+    def config(self) -> K.KernelConfig:
+        return K.KernelConfig(self.block_m, self.block_n, self.reqs_per_program, self.num_warps, self.num_stages)
 
 
 def specialization_of(plan: Plan) -> Specialization:

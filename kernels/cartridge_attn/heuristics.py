@@ -47,6 +47,11 @@ class KernelConfig:
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
+    @property
+    def tag(self) -> str:
+        """A short name, e.g. ``m16n128r2w4s3`` (block_m, block_n, reqs_per_program, warps, stages)."""
+        return f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}"
+
 
 # The inputs at which the default configurations change, named once: the heuristics below read them and
 # cartridge_attn.dispatch derives the dispatch table (every configuration and the region choosing it) from them.

@@ -8,18 +8,18 @@ table's regions the gate qualifies.
 from __future__ import annotations
 
 from qualify.numerics.cell import KernelNumericsParams
+from qualify.numerics.inputs import contract_violation
 
 
 def describe_cell(params: KernelNumericsParams) -> str:
     if params.check != "kernel":
         return f"{params.check} check"
+    violation = contract_violation(params)
+    if violation:
+        return f"outside the kernel's contract ({violation}): must be rejected"
     from cartridge_attn import heuristics as K
 
-    group, rem = divmod(params.num_qo_heads, params.num_kv_heads)
-    if rem or group not in K.SUPPORTED_GROUPS or params.head_dim not in K.SUPPORTED_HEAD_DIMS:
-        return "outside the kernel's support: must be rejected"
-    if params.cartridge.length % params.page_size or params.page_size not in K.SUPPORTED_PAGE_SIZES:
-        return "outside the kernel's contract: must be rejected"
+    group = params.num_qo_heads // params.num_kv_heads
     lives = params.batch.live_lens
     if params.phase == "decode":
         c = K.decode_config(group, params.head_dim, len(lives), max(lives))
@@ -28,7 +28,4 @@ def describe_cell(params: KernelNumericsParams) -> str:
         tokens = sum(params.batch.q_lens or [])
         c = K.prefill_config(group, params.head_dim, rows=tokens * group, num_kv_heads=params.num_kv_heads)
         where = f"{tokens} query tokens x group {group}, {params.num_kv_heads} KV heads"
-    return (
-        f"{params.phase} m{c.block_m}n{c.block_n}r{c.reqs_per_program}w{c.num_warps}s{c.num_stages} "
-        f"g{group} d{params.head_dim} p{params.page_size} ({where})"
-    )
+    return f"{params.phase} {c.tag} g{group} d{params.head_dim} p{params.page_size} ({where})"
