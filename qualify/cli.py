@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from qualify.compile import CompiledFile, compile_gate_file, discover_gate_files, looks_like_gate_file
 from qualify.errors import GateFileError, QualifyError
 from qualify.failure import format_table
+from qualify.mutation.cli import add_parser as add_mutants_parser
 from qualify.registry import default_registry
 
 if TYPE_CHECKING:
@@ -424,6 +425,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="also write the perf and engine samples as pytest-benchmark JSON (a new file)",
     )
     run.set_defaults(func=cmd_run)
+
+    add_mutants_parser(sub)
 
     lint = sub.add_parser("lint", help="validate gate files (exit 2 on any error)")
     lint.add_argument("files", nargs="*")

@@ -49,15 +49,6 @@ FP8_DTYPE = torch.float8_e4m3fn
 # that mode every dot is done on fp32 operands. GPU builds never take that path.
 INTERPRETED: bool = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
-# Test-only fault codes (see cartridge_attn.faults). 0 compiles to the production kernel: every other
-# value sits behind a constexpr branch, so production code carries no trace of them.
-_F_BOUNDARY: tl.constexpr = tl.constexpr(1)
-_F_FP8_RAW: tl.constexpr = tl.constexpr(2)
-_F_CAUSAL_LEAK: tl.constexpr = tl.constexpr(3)
-_F_STALE_PAGE: tl.constexpr = tl.constexpr(4)
-_F_FP8_SCALE: tl.constexpr = tl.constexpr(5)
-_F_CAUSAL_DIAG: tl.constexpr = tl.constexpr(6)
-
 
 # ---------------------------------------------------------------------------------------------------
 # Inner step: one K/V tile folded into the running (max, sum, accumulator).
@@ -77,7 +68,6 @@ def _attend(
     V_FP8: tl.constexpr,
     SCALE_P: tl.constexpr,
     DOT_F32: tl.constexpr,
-    FAULT: tl.constexpr,
 ):
     if DOT_F32:
         qk = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
@@ -96,8 +86,6 @@ def _attend(
     if SCALE_P:
         p = p * v_scale
     if V_FP8:
-        if FAULT == _F_FP8_RAW:
-            v = v.to(tl.int8, bitcast=True)  # test-only: the bits used as integers
         # E4M3 -> FP16 is one hardware conversion per pair (cvt.rn.f16x2.e4m3x2) and exact; going to
         # BF16 would add a per-element FP16 -> BF16 step. P is in [0, 1], where FP16 is the finer type.
         if DOT_F32:  # noqa: SIM108
@@ -111,15 +99,6 @@ def _attend(
     else:
         acc = tl.dot(p.to(v.dtype), v, acc)
     return acc, m_new, l_i
-
-
-@triton.jit
-def _page_slot(j, PAGE: tl.constexpr, FAULT: tl.constexpr):
-    slot = j // PAGE
-    if FAULT == _F_STALE_PAGE:
-        # Test-only: the table entry of the previous page is used, as if it had not been reloaded.
-        slot = tl.maximum(slot - 1, 0)
-    return slot
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -169,7 +148,6 @@ def cartridge_attn_kernel(
     CV_FP8: tl.constexpr,
     LV_FP8: tl.constexpr,
     DOT_F32: tl.constexpr,
-    FAULT: tl.constexpr,
 ):
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -233,8 +211,6 @@ def cartridge_attn_kernel(
 
     # ---- cartridge: dense rows [0, cart_len), no page table ------------------------------------
     n_cart = cart_len
-    if FAULT == _F_BOUNDARY:
-        n_cart = cart_len - 1  # test-only: the last cartridge position is never attended
     ck_base = ck_ptr + kvh * stride_ckh
     cv_base = cv_ptr + kvh * stride_cvh
     if DECODE:
@@ -246,7 +222,7 @@ def cartridge_attn_kernel(
             k = tl.load(ck_base + pos[:, None] * stride_ckt + offs_d[None, :], mask=ok[:, None], other=0.0)
             v = tl.load(cv_base + pos[:, None] * stride_cvt + offs_d[None, :], mask=ok[:, None], other=0.0)
             acc, m_i, l_i = _attend(
-                acc, m_i, l_i, q, k, v, ok[None, :], cv_scale, qk_scale, True, CV_FP8, False, DOT_F32, FAULT
+                acc, m_i, l_i, q, k, v, ok[None, :], cv_scale, qk_scale, True, CV_FP8, False, DOT_F32
             )
     else:
         n_cart_full = (n_cart // BLOCK_N) * BLOCK_N
@@ -254,41 +230,39 @@ def cartridge_attn_kernel(
             pos = start + offs_n
             k = tl.load(ck_base + pos[:, None] * stride_ckt + offs_d[None, :])
             v = tl.load(cv_base + pos[:, None] * stride_cvt + offs_d[None, :])  # FP8 load issued before the QK dot
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k, v, 0, cv_scale, qk_scale, False, CV_FP8, False, DOT_F32, FAULT)
+            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k, v, 0, cv_scale, qk_scale, False, CV_FP8, False, DOT_F32)
         if n_cart_full < n_cart:
             pos = n_cart_full + offs_n
             ok = pos < n_cart
             k = tl.load(ck_base + pos[:, None] * stride_ckt + offs_d[None, :], mask=ok[:, None], other=0.0)
             v = tl.load(cv_base + pos[:, None] * stride_cvt + offs_d[None, :], mask=ok[:, None], other=0.0)
             acc, m_i, l_i = _attend(
-                acc, m_i, l_i, q, k, v, ok[None, :], cv_scale, qk_scale, True, CV_FP8, False, DOT_F32, FAULT
+                acc, m_i, l_i, q, k, v, ok[None, :], cv_scale, qk_scale, True, CV_FP8, False, DOT_F32
             )
     # The cartridge's per-head V scale is constant over the whole cartridge: applied once to the
     # accumulator here (a [M, D] multiply) instead of to every P tile.
-    if CV_FP8 and FAULT != _F_FP8_SCALE:
+    if CV_FP8:
         acc = acc * cv_scale
 
     # ---- live suffix through the page table ----------------------------------------------------
     # Live FP8 values: their scale goes on P (live tiles interleave with nothing else to fold it into).
-    LV_SCALE_P: tl.constexpr = LV_FP8 and FAULT != _F_FP8_SCALE
+    LV_SCALE_P: tl.constexpr = LV_FP8
     lk_base = lk_ptr + kvh * stride_lkh
     lv_base = lv_ptr + kvh * stride_lvh
     # Tiles every row sees in full (prefill only): no mask, no bounds checks.
     for it in tl.range(0, n_live_full):
         j = it * BLOCK_N + offs_n
-        page = tl.load(kv_indices_ptr + col_page0 + _page_slot(j, PAGE, FAULT)).to(tl.int64)
+        page = tl.load(kv_indices_ptr + col_page0 + j // PAGE).to(tl.int64)
         slot = j % PAGE
         k = tl.load(lk_base + page[:, None] * stride_lkp + slot[:, None] * stride_lkt + offs_d[None, :])
         v = tl.load(lv_base + page[:, None] * stride_lvp + slot[:, None] * stride_lvt + offs_d[None, :])
-        acc, m_i, l_i = _attend(
-            acc, m_i, l_i, q, k, v, 0, lv_scale, qk_scale, False, LV_FP8, LV_SCALE_P, DOT_F32, FAULT
-        )
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k, v, 0, lv_scale, qk_scale, False, LV_FP8, LV_SCALE_P, DOT_F32)
     # Tiles on the causal diagonal, at the end of a sequence, or (decode) shared by several requests.
     n_iter = tl.cdiv(live_end, BN_R)
     for it in tl.range(n_live_full, n_iter):
         j = it * BN_R + offs_n % BN_R
         col_ok = j < col_len
-        page = tl.load(kv_indices_ptr + col_page0 + _page_slot(j, PAGE, FAULT), mask=col_ok, other=0).to(tl.int64)
+        page = tl.load(kv_indices_ptr + col_page0 + j // PAGE, mask=col_ok, other=0).to(tl.int64)
         slot = j % PAGE
         k = tl.load(
             lk_base + page[:, None] * stride_lkp + slot[:, None] * stride_lkt + offs_d[None, :],
@@ -300,17 +274,10 @@ def cartridge_attn_kernel(
             mask=col_ok[:, None],
             other=0.0,
         )
-        if FAULT == _F_CAUSAL_LEAK:
-            visible = (j[None, :] <= limit[:, None] + 1) & col_ok[None, :]  # test-only: one future token
-        elif FAULT == _F_CAUSAL_DIAG:
-            visible = j[None, :] < limit[:, None]  # test-only: a query misses its own position
-        else:
-            visible = j[None, :] <= limit[:, None]
+        visible = j[None, :] <= limit[:, None]
         if DECODE:
             visible = visible & (col_req_local[None, :] == row_req_local[:, None])
-        acc, m_i, l_i = _attend(
-            acc, m_i, l_i, q, k, v, visible, lv_scale, qk_scale, True, LV_FP8, LV_SCALE_P, DOT_F32, FAULT
-        )
+        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k, v, visible, lv_scale, qk_scale, True, LV_FP8, LV_SCALE_P, DOT_F32)
 
     out = acc / l_i[:, None]
     tl.store(

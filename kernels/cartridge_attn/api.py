@@ -15,7 +15,6 @@ import torch
 
 from . import _kernel as K
 from .errors import NotPlannedError, UnsupportedArchitectureError, UnsupportedLayoutError
-from .faults import Fault
 from .paging import split_combined_kv
 
 __all__ = ["CartridgeAttention", "Plan"]
@@ -49,8 +48,6 @@ class Plan:
         Launch configuration.
     grid : tuple of int
         Launch grid ``(programs per KV head, H_kv)``.
-    fault : Fault
-        Test-only variant; ``Fault.NONE`` in production.
     """
 
     mode: str
@@ -69,7 +66,6 @@ class Plan:
     sm_scale: float
     config: K.KernelConfig
     grid: tuple[int, int]
-    fault: Fault
     max_page_index: int
     device: torch.device
     tensors: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
@@ -268,7 +264,6 @@ class CartridgeAttention:
         device: torch.device | str | None = None,
         allow_unqualified_arch: bool = False,
         device_capability: tuple[int, int] | None = None,
-        _fault: int = 0,
     ) -> Plan:
         """Validate a batch and precompute the launch.
 
@@ -280,7 +275,7 @@ class CartridgeAttention:
             Live page table, ``(B + 1,)``, ``(nnz,)``, ``(B,)`` int; every request has at least one live
             token (see :mod:`cartridge_attn.paging`).
         num_qo_heads, num_kv_heads, head_dim : int
-            ``num_qo_heads / num_kv_heads`` in {1, 2, 4, 8, 16}; ``head_dim`` in {64, 128}.
+            ``num_qo_heads / num_kv_heads`` an integer from 1 to 16; ``head_dim`` in {64, 128}.
         page_size : int
             8 or 16 tokens.
         cartridge_len : int
@@ -310,8 +305,6 @@ class CartridgeAttention:
         device_capability : tuple of int or None
             ``(major, minor)`` validated in addition to the device's own capability (see :func:`check_device`):
             it can only make the architecture check refuse, e.g. ``(8, 9)`` to show the guard on an SM90 host.
-        _fault : int
-            TEST-ONLY: a :class:`cartridge_attn.faults.Fault` variant. Never set outside tests.
 
         Returns
         -------
@@ -331,8 +324,6 @@ class CartridgeAttention:
             live_v_dtype=live_v_dtype,
             kv_layout=kv_layout,
         )
-        fault = Fault(_fault)
-
         qo = _as_host_ints("qo_indptr", qo_indptr)
         kvp = _as_host_ints("kv_indptr", kv_indptr)
         kvi = _as_host_ints("kv_indices", kv_indices)
@@ -433,7 +424,6 @@ class CartridgeAttention:
             sm_scale=float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(head_dim),
             config=config,
             grid=(n_prog, num_kv_heads),
-            fault=fault,
             max_page_index=int(used.max()) if used.numel() else -1,
             device=dev,
             tensors=tensors,
@@ -552,7 +542,6 @@ class CartridgeAttention:
             sm_scale=float(sm_scale) if sm_scale is not None else 1.0 / math.sqrt(head_dim),
             config=config,
             grid=(n_prog, num_kv_heads),
-            fault=Fault.NONE,
             max_page_index=-1,
             device=dev,
             tensors=tensors,
@@ -620,7 +609,6 @@ class CartridgeAttention:
         cartridge_v_scale: torch.Tensor | float | None = None,
         live_v_scale: torch.Tensor | float | None = None,
         out: torch.Tensor | None = None,
-        _fault: int | None = None,
     ) -> torch.Tensor:
         """Launch the fused kernel once.
 
@@ -639,8 +627,6 @@ class CartridgeAttention:
             Per-KV-head scale ``(H_kv,)`` (or a scalar) for FP8 values; None means 1.
         out : torch.Tensor or None
             Caller-owned ``(total_q, H_q, D)`` output in ``q_dtype``; allocated when None.
-        _fault : int or None
-            TEST-ONLY override of the plan's fault variant.
 
         Returns
         -------
@@ -674,7 +660,6 @@ class CartridgeAttention:
             out = torch.empty((p.total_q, h_q, d), dtype=p.q_dtype, device=dev)
         else:
             self._check_tensor("out", out, (p.total_q, h_q, d), p.q_dtype, dev)
-        fault = Fault(p.fault if _fault is None else _fault)
         cfg = p.config
         t = p.tensors
         self.last_compiled = K.cartridge_attn_kernel[p.grid](
@@ -689,7 +674,7 @@ class CartridgeAttention:
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, REQS=cfg.reqs_per_program,
             DECODE=p.mode == "decode", CAUSAL=p.causal,
             CV_FP8=p.cartridge_v_dtype == K.FP8_DTYPE, LV_FP8=p.live_v_dtype == K.FP8_DTYPE,
-            DOT_F32=K.INTERPRETED, FAULT=int(fault),
+            DOT_F32=K.INTERPRETED,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
         return out

@@ -177,7 +177,7 @@ class Specialization:
 
 
 def specialization_of(plan: Plan) -> Specialization:
-    """The compiled variant a planned launch uses (the fault variant and the interpreter are not part of it)."""
+    """The compiled variant a planned launch uses (the interpreter is not part of it)."""
     c = plan.config
     return Specialization(
         mode=plan.mode,

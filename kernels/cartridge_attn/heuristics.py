@@ -14,7 +14,8 @@ from dataclasses import asdict, dataclass
 QUALIFIED_ARCHS: tuple[tuple[int, int], ...] = ((9, 0),)
 SUPPORTED_HEAD_DIMS: tuple[int, ...] = (64, 128)
 SUPPORTED_PAGE_SIZES: tuple[int, ...] = (8, 16)
-SUPPORTED_GROUPS: tuple[int, ...] = (1, 2, 4, 8, 16)
+# Any GQA group up to 16: the query rows of a KV head are padded to the tile (a power of two) and the padding masked.
+SUPPORTED_GROUPS: tuple[int, ...] = tuple(range(1, 17))
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -65,6 +66,10 @@ def _pow2_at_least(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
+def _pow2_at_most(x: int) -> int:
+    return 1 << max(0, x.bit_length() - 1)
+
+
 def decode_config(
     group: int,
     head_dim: int,
@@ -84,7 +89,8 @@ def decode_config(
     """
     if reqs is None:
         reqs = 2 if batch >= DECODE_PACK_MIN_BATCH else 1
-    reqs = max(1, min(reqs, 16 // group if group <= 16 else 1))
+    # Packed requests must fill at most one 16-row tile together, in a power-of-two count.
+    reqs = _pow2_at_most(max(1, min(reqs, 16 // group if group <= 16 else 1)))
     block_m = max(16, _pow2_at_least(reqs * group))
     # A tiny grid with long suffixes: wider tiles put more bytes in flight per program.
     wide = reqs == 1 and batch <= DECODE_WIDE_MAX_BATCH and max_live >= DECODE_WIDE_MIN_LIVE

@@ -74,7 +74,7 @@ def kernel_identity(attn: Any | None = None) -> dict[str, Any]:
     Returns
     -------
     dict
-        ``source_sha256``, ``triton_version``, ``config``, ``mode``, ``fault``, ``specialization`` (the
+        ``source_sha256``, ``triton_version``, ``config``, ``mode``, ``specialization`` (the
         :class:`cartridge_attn.dispatch.Specialization` key) and the fields of
         :func:`compiled_identity`.
     """
@@ -91,7 +91,6 @@ def kernel_identity(attn: Any | None = None) -> dict[str, Any]:
             {
                 "config": p.config.as_dict(),
                 "mode": p.mode,
-                "fault": int(p.fault),
                 # The compiled variant by name, so reports can say which dispatch regions a run qualified.
                 "specialization": specialization_of(p).key,
             }

@@ -102,7 +102,7 @@ def run_contract_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext)
     outcome = ItemOutcome(measurements=m, inputs=kernel_inputs(), parameters=p.model_dump(mode="json"))
     case = p.case
     if case in ("misaligned_cartridge", "unsupported_head_dim", "zero_live"):
-        raised = expect_rejection(lambda: run_fused(build_problem(cell, device, seed), 0))
+        raised = expect_rejection(lambda: run_fused(build_problem(cell, device, seed)))
         outcome.checks.append(rejection_check(f"rejects {case.replace('_', ' ')}", raised, field=CASE_FIELD[case]))
     elif case == "fp8_keys":
         outcome.checks.extend(_fp8_key_checks(cell, device, seed))

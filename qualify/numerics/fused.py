@@ -26,15 +26,12 @@ def kernel_device(p: KernelNumericsParams) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def run_fused(pr: Any, fault: int) -> tuple[torch.Tensor, Any]:
-    """Plan and launch the fused kernel on problem `pr`; returns (output, the planned wrapper).
-
-    `fault` is a test-only `cartridge_attn.faults.Fault` variant (0 in every real run).
-    """
+def run_fused(pr: Any) -> tuple[torch.Tensor, Any]:
+    """Plan and launch the fused kernel on problem `pr`; returns (output, the planned wrapper)."""
     from cartridge_attn import CartridgeAttention
 
     attn = CartridgeAttention()
-    attn.plan(*pr.page_table(), device=pr.q.device, _fault=fault, **pr.plan_kwargs())
+    attn.plan(*pr.page_table(), device=pr.q.device, **pr.plan_kwargs())
     # Poisoned: an element the kernel fails to write stays NaN and fails the cell.
     out = torch.full_like(pr.q, float("nan"))
     attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, out=out, **pr.run_kwargs())

@@ -28,25 +28,18 @@ if TYPE_CHECKING:
 
 
 def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -> ItemOutcome:
-    """Measure the kernel over `p.repeats` seeded problems, or show it rejects a cell outside its contract.
-
-    `ctx.options["kernel_fault"]` (test-only) runs a deliberately wrong kernel variant and says so in the notes.
-    """
+    """Measure the kernel over `p.repeats` seeded problems, or show it rejects a cell outside its contract."""
     import cartridge_attn as ca
 
     device = kernel_device(p)
-    fault = int(ctx.options.get("kernel_fault", 0))
     m = describe_cell(p)
     outcome = ItemOutcome(measurements=m, inputs=kernel_inputs(), parameters=p.model_dump(mode="json"))
-    if fault:
-        outcome.notes.append(f"TEST-ONLY: the kernel ran as deliberately wrong variant {fault}")
-        outcome.parameters["kernel_fault"] = fault
     seeds = [cell_seed(ctx.seed, item.gate_file.suite, item.name, r) for r in range(p.repeats)]
 
     violation = contract_violation(p)
     if violation:
         # Outside the contract: the kernel must refuse, whatever the matrix asked for.
-        raised = expect_rejection(lambda: run_fused(build_problem(p, device, seeds[0]), fault))
+        raised = expect_rejection(lambda: run_fused(build_problem(p, device, seeds[0])))
         m.update(contract=True, expected_error=LAYOUT_ERROR, raised=repr(raised), violation=violation)
         outcome.checks.append(rejection_check(f"rejects {violation}", raised))
         m["seeds"] = seeds[:1]
@@ -60,7 +53,7 @@ def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -
     tied: OracleTie | None = None
     for seed in seeds:
         pr = build_problem(p, device, seed)
-        out, attn = run_fused(pr, fault)
+        out, attn = run_fused(pr)
         e = ErrorStats.between(out, fp32_reference(pr), p.rtol, p.atol)
         errors = e if errors is None else errors.worst(e)
         n_elems += out.numel()
@@ -72,8 +65,8 @@ def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -
         tied = tie if tied is None or tie.closer_to_bound_than(tied) else tied
     assert errors is not None  # repeats >= 1 (the schema's bound)
     identity = ca.kernel_identity(attn)
-    # A passing cell vouches for the compiled variant it launched; a fault variant or the interpreter for none.
-    if not fault and not identity.get("interpreted") and identity.get("specialization"):
+    # A passing cell vouches for the compiled variant it launched; under the interpreter, for none.
+    if not identity.get("interpreted") and identity.get("specialization"):
         outcome.qualifies.append(identity["specialization"])
     m.update(
         contract=False,

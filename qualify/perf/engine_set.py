@@ -12,10 +12,12 @@ With ``QUALIFY_ENGINE_RUNS_DIR`` set, each worker also writes its result there a
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ import torch
 from qualify.perf.gpu_info import device_facts, read_clocks, versions
 from qualify.perf.spec import Cell, WorkRequest, WorkResult
 from qualify.serve.config import Mode
+from qualify.serve.dispatch_log import DISPATCH_LOG_ENV, read_dispatch_log
 from qualify.serve.engine import (
     BatchTiming,
     build_llm,
@@ -37,6 +40,21 @@ from qualify.serve.layouts import layout as get_layout
 from qualify.serve.settings import EngineSettings
 
 RUNS_DIR_ENV = "QUALIFY_ENGINE_RUNS_DIR"
+
+
+@contextlib.contextmanager
+def _dispatch_log(folder: Path) -> Iterator[Path]:
+    """Point the engine processes this worker starts at a dispatch log in `folder` (they inherit the variable)."""
+    path = folder / "dispatch.log"
+    before = os.environ.get(DISPATCH_LOG_ENV)
+    os.environ[DISPATCH_LOG_ENV] = str(path)
+    try:
+        yield path
+    finally:
+        if before is None:
+            os.environ.pop(DISPATCH_LOG_ENV, None)
+        else:
+            os.environ[DISPATCH_LOG_ENV] = before
 
 
 def _cells(
@@ -83,7 +101,7 @@ def measure(request: WorkRequest) -> WorkResult:
     if lay.mode is Mode.SHARED and lay.live_value_dtype == "fp8_e4m3":
         notes.append("live V in FP8 keeps BF16-sized pages (no capacity gain in this version; V bytes read are halved)")
     clocks_before = read_clocks()
-    with tempfile.TemporaryDirectory(prefix="qualify-engine-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="qualify-engine-") as tmp, _dispatch_log(Path(tmp)) as log:
         cartridge = write_random_cartridge(
             Path(tmp) / "cartridge.safetensors", settings, shape.cartridge_len, request.seed
         )
@@ -114,6 +132,11 @@ def measure(request: WorkRequest) -> WorkResult:
                     "admitted_concurrency": min(settings.max_num_seqs, capacity["tokens"] // per_request),
                 }
                 cells += _cells(list(request.metrics), batch, suffix, suffix + gen, runs, detail)
+        # Every variant the engine launched while this worker ran (start-up profiling and warm-ups included), as
+        # the backend read it from the kernel's plans; none for a layout that does not use the fused kernel.
+        launched = read_dispatch_log(log)
+        for c in cells:
+            c.detail["specializations"] = launched
         gpu: dict[str, Any] = {"kv_cache": capacity, "engine_startup_s": startup_s}
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()

@@ -70,7 +70,7 @@ def default_run_name(state: SessionState) -> str:
     return name if name and name[0].isalnum() else "qualify"
 
 
-def _write_new(path: Path, data: bytes) -> None:
+def write_new(path: Path, data: bytes) -> None:
     """Create `path` exclusively, so two runs never clobber each other's report."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -114,14 +114,14 @@ def write_report(state: SessionState) -> None:
     provenance_dict = provenance if isinstance(provenance, dict) else provenance.model_dump(mode="json")
     report = build_report(state, provenance_dict, signed=private_key is not None)
     if private_key is None:
-        _write_new(report_path, json.dumps(report, indent=2, sort_keys=True).encode() + b"\n")
+        write_new(report_path, json.dumps(report, indent=2, sort_keys=True).encode() + b"\n")
     else:
         subjects = [
             Subject.model_validate({"name": f"{i.role}:{i.name}", "digest": {"sha256": i.sha256}})
             for i in collect_inputs(state)
         ]
         report_bytes, envelope_bytes = sign_report(report, subjects, private_key, report_name=report_path.name)
-        _write_new(report_path, report_bytes)
-        _write_new(envelope_path, envelope_bytes)
+        write_new(report_path, report_bytes)
+        write_new(envelope_path, envelope_bytes)
         state.envelope_path = envelope_path
     state.report_path = report_path

@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import torch
 from cartridge_attn import CartridgeAttention
 from cartridge_attn.cache_write import write_live_kv
+from cartridge_attn.dispatch import specialization_of
 from vllm.v1.attention.backend import (
     AttentionBackend,
     AttentionCGSupport,
@@ -29,6 +30,7 @@ from vllm.v1.attention.backend import (
 from vllm.v1.attention.backends.utils import get_kv_cache_layout
 
 from qualify.serve.config import CartridgeServingError, Mode, checked_serving, layer_order
+from qualify.serve.dispatch_log import DispatchLog
 from qualify.serve.plugin import require_supported_vllm
 from qualify.serve.store import LayerCartridge, load_layers
 
@@ -61,6 +63,7 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
         self.cartridge = dict(zip(names, layers, strict=True))
         self.cartridge_v_dtype = FP8 if cfg.cartridge_value_dtype == "fp8_e4m3" else torch.bfloat16
         self.live_v_fp8 = cfg.live_value_dtype == "fp8_e4m3"
+        self.dispatch_log = DispatchLog()
 
     def build(
         self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False
@@ -88,6 +91,7 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
             live_v_dtype=FP8 if self.live_v_fp8 else torch.bfloat16,
             causal=True,
         )
+        self.dispatch_log.record(specialization_of(attn.plan_info).key)
         return CartridgeMetadata(
             # The scheduled tokens, not m.num_actual_tokens, which may include padding.
             num_actual_tokens=int(qsl[-1]),

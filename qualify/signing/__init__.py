@@ -19,7 +19,7 @@ from qualify.hashing import sha256_file
 from qualify.json_limits import TooLarge, canonical_json, read_bounded
 from qualify.signing import dsse
 from qualify.signing.dsse import VerifiedStatement
-from qualify.signing.intoto import Subject, build_statement
+from qualify.signing.intoto import PREDICATE_TYPE, PredicateType, Subject, build_statement
 from qualify.signing.keys import load_public_key
 
 __all__ = [
@@ -40,6 +40,7 @@ def sign_report(
     private_key: Ed25519PrivateKey,
     *,
     report_name: str = REPORT_SUBJECT_NAME,
+    predicate_type: PredicateType = PREDICATE_TYPE,
 ) -> tuple[bytes, bytes]:
     """Sign `report` about `subjects`; returns (report JSON bytes, DSSE envelope JSON bytes).
 
@@ -47,7 +48,7 @@ def sign_report(
     them to disk unchanged if the plain copy is to be checkable against the envelope.
     """
     report_bytes = canonical_json(dict(report))
-    statement = build_statement([Subject.for_bytes(report_name, report_bytes), *subjects], report)
+    statement = build_statement([Subject.for_bytes(report_name, report_bytes), *subjects], report, predicate_type)
     return report_bytes, dsse.sign(statement, private_key).to_json()
 
 

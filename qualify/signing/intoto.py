@@ -18,6 +18,11 @@ from qualify.json_limits import canonical_json, describe
 
 STATEMENT_TYPE: Final = "https://in-toto.io/Statement/v1"
 PREDICATE_TYPE: Final = "https://cartridge-qualify.dev/qualification-report/v1"
+# The signed result of `qualify mutants`: which deliberately wrong kernels the numerics gate caught.
+MUTATION_PREDICATE_TYPE: Final = "https://cartridge-qualify.dev/mutation-report/v1"
+PredicateType = Literal[
+    "https://cartridge-qualify.dev/qualification-report/v1", "https://cartridge-qualify.dev/mutation-report/v1"
+]
 
 # Strict: a verifier must not coerce ("1" -> 1) or silently drop fields it does not know, or two
 # readers could see different claims in the same signed bytes.
@@ -59,18 +64,20 @@ class Statement(BaseModel):
 
     type_: Literal["https://in-toto.io/Statement/v1"] = Field(alias="_type")
     subject: list[Subject] = Field(min_length=1)
-    predicate_type: Literal["https://cartridge-qualify.dev/qualification-report/v1"] = Field(alias="predicateType")
+    predicate_type: PredicateType = Field(alias="predicateType")
     predicate: dict[str, Any]
 
 
-def build_statement(subjects: Sequence[Subject], predicate: Mapping[str, Any]) -> bytes:
-    """Canonical JSON bytes of a Statement about `subjects` carrying `predicate` (the report)."""
+def build_statement(
+    subjects: Sequence[Subject], predicate: Mapping[str, Any], predicate_type: PredicateType = PREDICATE_TYPE
+) -> bytes:
+    """Canonical JSON bytes of a Statement about `subjects` carrying `predicate` (by default, the report)."""
     try:
         statement = Statement.model_validate(
             {
                 "_type": STATEMENT_TYPE,
                 "subject": [s.model_dump() for s in subjects],
-                "predicateType": PREDICATE_TYPE,
+                "predicateType": predicate_type,
                 "predicate": dict(predicate),
             }
         )

@@ -43,7 +43,7 @@ def test_cartridge_length_must_be_page_multiple(kernel_device: torch.device) -> 
     [
         ({"head_dim": 96}, r"head_dim: expected one of \(64, 128\), got 96"),
         ({"page_size": 32, "cartridge_len": 640}, r"page_size: expected one of \(8, 16\), got 32"),
-        ({"num_qo_heads": 24}, r"GQA group size: expected one of .*got 3"),
+        ({"num_qo_heads": 136}, r"GQA group size: expected one of .*got 17"),
         ({"kv_layout": "HND"}, r"kv_layout: expected 'NHD'.*got 'HND'"),
         (
             {"cartridge_k_dtype": torch.float8_e4m3fn},

@@ -1,4 +1,4 @@
-"""The compiled kernel on an SM90 GPU: numerics against the fp32 reference, faults, identity.
+"""The compiled kernel on an SM90 GPU: numerics against the fp32 reference and identity (mutants: `qualify mutants`).
 
 Every test draws fresh random inputs and poisons the output with NaN before the launch (see
 _cartridge_attn_check.run_fused), so an unwritten element or a NaN fails the comparison.
@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _cartridge_attn_check import assert_fault_caught, assert_matches, fault_problem, run_fused
+from _cartridge_attn_check import assert_matches, run_fused
 from cartridge_attn import decode_config, kernel_identity, prefill_config, random_problem
-from cartridge_attn.faults import Fault
 
 pytestmark = pytest.mark.gpu
 QWEN = {"num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128, "page_size": 8, "cartridge_len": 632}
@@ -94,23 +93,6 @@ def test_decode_and_prefill_paths_agree_and_repeat_bitwise() -> None:
     assert_matches(pre)
     again = run_fused(pr, mode="decode")
     assert torch.equal(dec.out, again.out), "two launches on the same inputs differ: a race or uninitialised read"
-
-
-@pytest.mark.parametrize("fault", [f for f in Fault if f != Fault.NONE], ids=lambda f: f.name)
-def test_fault_variants_are_caught_on_gpu(fault: Fault) -> None:
-    pr = fault_problem(
-        int(fault),
-        CUDA,
-        num_qo_heads=32,
-        num_kv_heads=8,
-        head_dim=128,
-        page_size=8,
-        cartridge_len=64,
-        q_lens=[3, 9],
-        live_lens=[40, 65],
-    )
-    assert_matches(run_fused(pr))
-    assert_fault_caught(run_fused(pr, fault=int(fault)))
 
 
 def test_identity_reports_binary_and_resources() -> None:

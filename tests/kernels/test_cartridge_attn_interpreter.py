@@ -1,4 +1,4 @@
-"""The fused kernel on small shapes: indexing, paging, masking, packing and faults, in either execution mode.
+"""The fused kernel on small shapes: indexing, paging, masking, packing and GQA groups, in either execution mode.
 
 Under the Triton interpreter (hosts without CUDA) every dot runs on fp32 operands (the interpreter's bf16 dot
 is wrong), so there these tests check *which* keys and values are combined, not the rounding of the matrix
@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from _cartridge_attn_check import assert_fault_caught, assert_matches, fault_problem, run_fused
+from _cartridge_attn_check import assert_matches, run_fused
 from cartridge_attn import decode_config, kernel_identity, prefill_config, random_problem
-from cartridge_attn.faults import Fault
 
 
 @pytest.mark.parametrize("reqs", [1, 2, 4])
@@ -88,29 +87,25 @@ def test_fp16_head_dim_128(kernel_device: torch.device) -> None:
     assert_matches(run_fused(pr, config=decode_config(4, 128, 2, 9, reqs=2, block_n=32)))
 
 
-@pytest.mark.parametrize("fault", [f for f in Fault if f != Fault.NONE], ids=lambda f: f.name)
-def test_fault_variants_are_caught(fault: Fault, kernel_device: torch.device) -> None:
-    pr = fault_problem(int(fault), kernel_device, cartridge_len=16)
-    cfg = prefill_config(4, 64, block_m=16, block_n=16, num_warps=4)
-    assert_matches(run_fused(pr, config=cfg))  # the same inputs pass with the production kernel
-    assert_fault_caught(run_fused(pr, config=cfg, fault=int(fault)))
+@pytest.mark.parametrize("group", [3, 5, 6, 7, 12])
+def test_any_gqa_group_in_decode_plain_and_packed(group: int, kernel_device: torch.device) -> None:
+    # Rows of a KV head padded to the 16-row tile; packed requests each own `group` rows of it.
+    live = [1, 30, 8, 17, 3]
+    pr = random_problem([1] * 5, live, num_qo_heads=2 * group, num_kv_heads=2, cartridge_len=24, device=kernel_device)
+    for reqs in (1, 2):
+        cfg = decode_config(group, 64, 5, 30, reqs=reqs, block_n=32)
+        o = run_fused(pr, mode="decode", config=cfg)
+        assert o.attn.plan_info.config.reqs_per_program == (reqs if 2 * group <= 16 else 1)
+        assert_matches(o)
 
 
-def test_fault_set_at_plan_time(kernel_device: torch.device) -> None:
-    pr = fault_problem(int(Fault.STALE_PAGE_INDEX), kernel_device, cartridge_len=16)
-    from cartridge_attn import CartridgeAttention
-
-    attn = CartridgeAttention()
-    attn.plan(
-        *pr.page_table(),
-        config=prefill_config(4, 64, block_m=16, block_n=16, num_warps=4),
-        _fault=int(Fault.STALE_PAGE_INDEX),
-        **pr.plan_kwargs(),
-    )
-    assert attn.plan_info.fault == Fault.STALE_PAGE_INDEX
-    bad = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, **pr.run_kwargs())
-    good = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, _fault=0, **pr.run_kwargs())
-    assert (bad.float() - good.float()).norm() / good.float().norm() > 5e-2
+@pytest.mark.parametrize("group", [3, 5, 7])
+def test_any_gqa_group_in_prefill(group: int, kernel_device: torch.device) -> None:
+    # 16-row tiles split tokens mid-way (16 is no multiple of the group), across pages and the causal diagonal.
+    pr = random_problem([3, 1, 7], [5, 17, 9], num_qo_heads=2 * group, num_kv_heads=2, cartridge_len=16,
+                        device=kernel_device)  # fmt: skip
+    o = run_fused(pr, mode="prefill", config=prefill_config(group, 64, block_m=16, block_n=16, num_warps=4))
+    assert_matches(o)
 
 
 @pytest.mark.parametrize(

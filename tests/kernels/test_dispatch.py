@@ -54,11 +54,16 @@ def test_decode_regions_switch_where_the_heuristics_do(table) -> None:
     assert {"batch": 80, "max_live": 1100} in packed.edge_inputs()  # and the envelope's maximum
     g16 = {r.config.reqs_per_program for r in table if r.mode == "decode" and r.group == 16}
     assert g16 == {1}  # 16 query heads fill a 16-row tile alone: no packing
+    # Groups that are no power of two pack too while two of them fit one 16-row tile, never more rows than that.
+    for group in (3, 5, 6, 7, 9, 12):
+        regions = [r for r in table if r.mode == "decode" and r.group == group]
+        assert {r.config.reqs_per_program for r in regions} == ({1, 2} if 2 * group <= 16 else {1}), group
+        assert all(r.config.reqs_per_program * group <= r.config.block_m == 16 for r in regions), group
 
 
 def test_an_envelope_outside_the_kernel_is_refused() -> None:
     with pytest.raises(ValueError, match="outside the kernel's support"):
-        Envelope(groups=(3,))
+        Envelope(groups=(17,))
     with pytest.raises(ValueError, match="max_batch must be at least 1"):
         Envelope(max_batch=0)
 

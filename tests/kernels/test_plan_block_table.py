@@ -181,7 +181,7 @@ def _i32(*v: int) -> torch.Tensor:
         ({"cartridge_len": 20}, "cartridge_len"),  # not a multiple of page_size 8
         ({"cartridge_len": 24, "page_size": 16}, "cartridge_len"),
         ({"page_size": 32, "cartridge_len": 32}, "page_size"),
-        ({"num_qo_heads": 6}, "GQA group size"),  # group 3
+        ({"num_qo_heads": 34}, "GQA group size"),  # group 17
     ],
     ids=[
         "seq_lens-int64",
@@ -195,7 +195,7 @@ def _i32(*v: int) -> torch.Tensor:
         "cartridge_len-20-page-8",
         "cartridge_len-24-page-16",
         "page_size-32",
-        "group-3",
+        "group-17",
     ],
 )
 def test_bad_inputs_are_rejected_naming_the_field(change: dict, field: str) -> None:

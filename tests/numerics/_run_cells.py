@@ -1,7 +1,7 @@
 """Run kernel_numerics cells of a gate file in this process and print one JSON line per item.
 
 Used by the tests in a subprocess, because the Triton interpreter must be chosen (TRITON_INTERPRET=1)
-before triton is first imported. argv: GATE_FILE FAULT [DEVICE]
+before triton is first imported. argv: GATE_FILE
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from qualify.registry import default_registry
 
 
 def main() -> None:
-    gate_file, fault = sys.argv[1], int(sys.argv[2])
-    ctx = RunContext(host=detect_host(), seed=0, options={"kernel_fault": fault})
+    gate_file = sys.argv[1]
+    ctx = RunContext(host=detect_host(), seed=0)
     for item in compile_gate_file(gate_file, default_registry(), env={}).items:
         outcome = run(item, ctx)
         failed = [c.name for c in outcome.checks if not c.passed]

@@ -25,8 +25,7 @@ from qualify.registry import default_registry
 HERE = Path(__file__).parent
 ROOT = HERE.parents[1]
 
-# Small shapes the interpreter runs in seconds; each fault has inputs on which it must show (see
-# cartridge_attn.faults): a fresh prefill over several pages, FP8 values with scales, a sink.
+# Small shapes the interpreter runs in seconds: a fresh prefill over several pages, FP8 values with scales, a sink.
 SMALL_CELLS = """
 suite: numerics-small
 version: 1
@@ -48,15 +47,8 @@ gates:
     batch: {{id: fresh, q_lens: [11, 24], live_lens: [11, 24]}}
 """
 
-FAULTS = {
-    1: "BOUNDARY_OFF_BY_ONE",
-    2: "FP8_RAW_BITS",
-    3: "CAUSAL_SHIFT",
-    4: "STALE_PAGE_INDEX",
-}
 
-
-def run_cells(tmp_path: Path, fault: int, device: str) -> list[dict]:
+def run_cells(tmp_path: Path, device: str) -> list[dict]:
     gate = tmp_path / "small.yaml"
     gate.write_text(SMALL_CELLS.format(device=device))
     paths = [str(ROOT / "kernels"), str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
@@ -64,7 +56,7 @@ def run_cells(tmp_path: Path, fault: int, device: str) -> list[dict]:
     if device == "cpu":
         env["TRITON_INTERPRET"] = "1"
     proc = subprocess.run(
-        [sys.executable, str(HERE / "_run_cells.py"), str(gate), str(fault)],
+        [sys.executable, str(HERE / "_run_cells.py"), str(gate)],
         capture_output=True,
         text=True,
         env=env,
@@ -75,8 +67,8 @@ def run_cells(tmp_path: Path, fault: int, device: str) -> list[dict]:
 
 
 @pytest.mark.slow
-def test_interpreted_kernel_passes_and_every_fault_fails_the_gate(tmp_path: Path) -> None:
-    ok = run_cells(tmp_path, 0, "cpu")
+def test_interpreted_kernel_passes_the_small_cells_tied_to_the_rounded_reference(tmp_path: Path) -> None:
+    ok = run_cells(tmp_path, "cpu")
     assert [r["item"] for r in ok] == ["small[prefill]", "small[decode]"]
     assert all(r["passed"] for r in ok), ok
     for r in ok:  # the error is also tied to what an exact implementation stored in bf16 achieves
@@ -84,19 +76,13 @@ def test_interpreted_kernel_passes_and_every_fault_fails_the_gate(tmp_path: Path
         assert r["oracle_f64"] == "fp32-reference-rounded-to-output-dtype"
         assert 0 < r["oracle_rel_l2_f64"] < 1e-2 and r["rel_l2_f64"] <= 3.0 * r["oracle_rel_l2_f64"] + 2e-4
         assert r["qualifies"] == []  # the interpreter vouches for no compiled variant
-    for fault, name in FAULTS.items():
-        results = run_cells(tmp_path, fault, "cpu")
-        # A fault may be invisible in decode (e.g. a causal shift has no future token there), but the
-        # gate as a whole must fail: at least one cell catches it.
-        assert not all(r["passed"] for r in results), f"{name} passed the numerics gate: {results}"
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_compiled_kernel_on_gpu_passes_and_every_fault_fails_the_gate(tmp_path: Path) -> None:
-    assert all(r["passed"] for r in run_cells(tmp_path, 0, "cuda"))
-    for fault, name in FAULTS.items():
-        assert not all(r["passed"] for r in run_cells(tmp_path, fault, "cuda")), name
+def test_compiled_kernel_on_gpu_passes_the_small_cells(tmp_path: Path) -> None:
+    # Wrong variants of the compiled kernel are the mutant catalog's (`qualify mutants`, tests/mutation).
+    assert all(r["passed"] for r in run_cells(tmp_path, "cuda"))
 
 
 def _contract_items(tmp_path: Path) -> list:

@@ -25,13 +25,13 @@ from qualify.context import RunContext
 from qualify.errors import QualifyError
 from qualify.kinds.perf_nonregression.measurements import PerfNonRegressionMeasurements
 from qualify.kinds.perf_nonregression.params import PerfNonRegressionParams
-from qualify.perf.baseline_report import find_candidate_cell, load_verified_report, public_key_path
+from qualify.perf.baseline_report import baseline_dispatches, find_candidate_item, load_verified_report, public_key_path
 from qualify.perf.compare import CellKey, Side, compare_cell
 from qualify.perf.implementations import RELEASE, ImplementationRegistry, default_implementations
 from qualify.perf.launch import run_profiled, run_worker
 from qualify.perf.metrics import metric
 from qualify.perf.ncu import range_name
-from qualify.perf.spec import ImplementationOptions, WorkRequest, WorkResult
+from qualify.perf.spec import Cell, ImplementationOptions, WorkRequest, WorkResult
 from qualify.results import ItemOutcome
 
 REGISTRY_OPTION = "perf_implementations"  # ctx.options key: another ImplementationRegistry (tests)
@@ -123,9 +123,10 @@ def _label(name: str, options: ImplementationOptions) -> str:
     return name + "".join(f"[{k}={v}]" for k, v in extra.items())
 
 
-def _release_side(item: GateItem, ctx: RunContext, p: PerfNonRegressionParams) -> tuple[Side, str]:
+def _release_side(item: GateItem, ctx: RunContext, p: PerfNonRegressionParams) -> tuple[Side, str, list[str]]:
     """The candidate's samples in the signed release report, grouped by process when the report records
-    that; a report written before processes were recorded gives one group (it measured one process)."""
+    that (a report written before processes were recorded gives one group: it measured one process), and the
+    kernel specializations that item dispatched."""
     if ctx.baseline is None:
         raise QualifyError(
             f"{item.name} compares against the last release's signed report: pass --baseline PATH.dsse.json "
@@ -145,7 +146,8 @@ def _release_side(item: GateItem, ctx: RunContext, p: PerfNonRegressionParams) -
         "batch": p.batch,
         "suffix": p.suffix,
     }
-    m = find_candidate_cell(report, envelope, want)
+    base_item = find_candidate_item(report, envelope, want)
+    m = base_item.get("measurements") or {}
     grouped = m.get("candidate_process_samples")
     note = ""
     if grouped:
@@ -164,7 +166,7 @@ def _release_side(item: GateItem, ctx: RunContext, p: PerfNonRegressionParams) -
         clocks=(m.get("clocks") or {}).get("candidate"),
         method=(m.get("timing_method") or {}).get("candidate"),
     )
-    return side, note
+    return side, note, baseline_dispatches(base_item)
 
 
 def _counters(ctx: RunContext, request: WorkRequest, p: PerfNonRegressionParams) -> tuple[dict[str, Any] | None, str]:
@@ -210,9 +212,10 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
     cand_results = results[0]
     candidate, cand_cell = _side(cand_results, p, _label(p.candidate, p.candidate_options))
     base_cell = None
+    released: list[str] = []
     notes = [m.description]
     if p.baseline == RELEASE:
-        baseline, release_note = _release_side(item, ctx, p)
+        baseline, release_note, released = _release_side(item, ctx, p)
         notes += [release_note] if release_note else []
         source = str(ctx.baseline)
     else:
@@ -266,13 +269,23 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
         )
     notes += [n for n in (ncu_note,) if n]
     notes += [f"{candidate.name}: {cand_cell.method}"]
-    # The fused kernel's compiled variants this item timed, as the worker read them from the kernel.
-    dispatched = [c.detail.get("specialization") for c in (cand_cell, base_cell) if c is not None]
+    # The fused kernel's compiled variants this item timed, as the workers read them from the kernel (one per
+    # kernel cell; an engine cell lists every variant its engine launched), and those the signed baseline it is
+    # compared with dispatched: a comparison vouches for neither side unless numerics qualified both.
+    dispatched = [*_cell_dispatches(cand_cell), *_cell_dispatches(base_cell), *released]
     return ItemOutcome(
         checks=[comparison.check],
         measurements=PerfNonRegressionMeasurements.written(measurements),
         tables=[comparison.table],
         parameters=p.report_parameters(),
         notes=notes,
-        dispatches=[d for d in dispatched if isinstance(d, str)],
+        dispatches=sorted(set(dispatched)),
     )
+
+
+def _cell_dispatches(cell: Cell | None) -> list[str]:
+    if cell is None:
+        return []
+    one, many = cell.detail.get("specialization"), cell.detail.get("specializations")
+    got = [one] if isinstance(one, str) else []
+    return got + ([s for s in many if isinstance(s, str)] if isinstance(many, list) else [])

@@ -1,0 +1,126 @@
+"""The mutation report: one row per mutant, the score and a verdict, signed like a qualification report."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from qualify import __version__
+from qualify.mutation.catalog import LoadedCatalog, Mutant
+from qualify.mutation.execute import ChildRun, MutantStatus
+
+MUTATION_REPORT_FORMAT = "cartridge-qualify/mutation-report"
+MUTATION_REPORT_VERSION = 1
+
+
+def final_status(m: Mutant, run: ChildRun) -> MutantStatus:
+    """A survivor the catalog argues equivalent is EQUIVALENT; every other status stands."""
+    if run.status is MutantStatus.SURVIVED and m.equivalent:
+        return MutantStatus.EQUIVALENT
+    return run.status
+
+
+def mutant_row(m: Mutant, run: ChildRun, edited_sha256: str | None) -> dict[str, Any]:
+    row = {
+        "id": m.id,
+        "category": m.category,
+        "description": m.description,
+        "file": m.file,
+        "find": m.find,
+        "replace": m.replace,
+        "occurrence": m.occurrence,
+        "edited_sha256": edited_sha256,
+        "equivalence_argument": m.equivalent,
+        **run.to_dict(),
+    }
+    row["status"] = final_status(m, run).value
+    if m.equivalent and run.status is MutantStatus.KILLED:
+        row["reason"] = "declared equivalent in the catalog but the gate killed it: the argument is wrong"
+    return row
+
+
+def summarize(baseline: ChildRun, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Counts, score (killed / (killed + survived)) and verdict.
+
+    PASS: the unmutated kernel passed and every mutant was killed or argued equivalent. FAIL: the unmutated
+    kernel failed, a mutant survived, or one argued equivalent was killed. INCOMPLETE: otherwise (inconclusive
+    or broken children), since nothing was shown for those.
+    """
+    counts = Counter(r["status"] for r in rows)
+    killed, survived = counts.get("killed", 0), counts.get("survived", 0)
+    contradicted = [r["id"] for r in rows if r["equivalence_argument"] and r["status"] == "killed"]
+    if baseline.status is not MutantStatus.SURVIVED or survived or contradicted:
+        verdict = "FAIL"
+    elif counts.get("inconclusive", 0) or counts.get("broken", 0):
+        verdict = "INCOMPLETE"
+    else:
+        verdict = "PASS"
+    return {
+        "verdict": verdict,
+        "counts": {s.value: counts.get(s.value, 0) for s in MutantStatus} | {"total": len(rows)},
+        "score": (killed / (killed + survived)) if killed + survived else None,
+        "survivors": [r["id"] for r in rows if r["status"] == "survived"],
+        "equivalence_contradicted": contradicted,
+    }
+
+
+def _as_baseline(run: dict[str, Any]) -> dict[str, Any]:
+    # For the unmutated copy, "survived" means the gate passed it and "killed" that the gate failed it.
+    return {**run, "status": {"survived": "passed", "killed": "failed"}.get(run["status"], run["status"])}
+
+
+def build_mutation_report(
+    loaded: LoadedCatalog,
+    *,
+    target_tree_sha256: str,
+    gate_files: Sequence[tuple[str, str]],
+    baseline: ChildRun,
+    rows: Sequence[dict[str, Any]],
+    seed: int,
+    stop_at_first_failure: bool,
+    provenance: dict[str, Any],
+    catalog_path: str,
+) -> dict[str, Any]:
+    summary = summarize(baseline, rows)
+    return {
+        "report_format": MUTATION_REPORT_FORMAT,
+        "report_version": MUTATION_REPORT_VERSION,
+        "tool": {"name": "cartridge-qualify", "version": __version__},
+        **summary,
+        "catalog": {"path": catalog_path, "sha256": loaded.sha256, "mutants": len(loaded.catalog.mutants)},
+        "target": {"path": loaded.catalog.target, "tree_sha256": target_tree_sha256},
+        "gate_files": [{"path": p, "sha256": h} for p, h in gate_files],
+        "seed": seed,
+        "stop_at_first_failure": stop_at_first_failure,
+        "baseline": {"description": "the unmutated copy of the target", **_as_baseline(baseline.to_dict())},
+        "mutants": list(rows),
+        "provenance": provenance,
+    }
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """The report as a short Markdown table (for results READMEs and the console)."""
+    lines = [
+        f"verdict **{report['verdict']}**, score "
+        + (f"{report['score']:.3f}" if report["score"] is not None else "n/a")
+        + f" ({report['counts']['killed']} killed, {report['counts']['survived']} survived, "
+        f"{report['counts']['equivalent']} equivalent, {report['counts']['inconclusive']} inconclusive, "
+        f"{report['counts']['broken']} broken of {report['counts']['total']}); unmutated copy: "
+        f"{report['baseline']['status']} ({report['baseline']['wall_s']} s)",
+        "",
+        "| mutant | category | status | first killing item | s |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for r in report["mutants"]:
+        first = r["killed_by"][0]["item"] if r["killed_by"] else (r["reason"][:60] or "-")
+        lines.append(f"| {r['id']} | {r['category']} | {r['status']} | {first} | {r['wall_s']} |")
+    return "\n".join(lines) + "\n"
+
+
+def relative(path: Path, root: Path) -> str:
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return str(path)

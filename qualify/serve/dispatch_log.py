@@ -1,0 +1,40 @@
+"""Which compiled variants of the fused kernel an engine launched, written where the engine's parent can read.
+
+vLLM runs the model in its own process (the engine core), so the backend cannot hand its plans back to the
+perf worker that started the engine. Each metadata builder appends every specialization key it plans for the
+first time to the file named by ``QUALIFY_DISPATCH_LOG`` (one key per line); the worker reads the file after its
+timed batches. Keys come from the kernel's own plan (`cartridge_attn.dispatch.specialization_of`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DISPATCH_LOG_ENV = "QUALIFY_DISPATCH_LOG"
+
+
+class DispatchLog:
+    """Appends each new key once; a no-op when the variable is unset (serving outside a measurement)."""
+
+    def __init__(self, path: str | None = None) -> None:
+        chosen = path if path is not None else os.environ.get(DISPATCH_LOG_ENV)
+        self.path = Path(chosen) if chosen else None
+        self._seen: set[str] = set()
+
+    def record(self, key: str) -> None:
+        if self.path is None or key in self._seen:
+            return
+        self._seen.add(key)
+        # One short write per new variant, opened in append mode so several engine processes can share a file.
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(key + "\n")
+
+
+def read_dispatch_log(path: Path) -> list[str]:
+    """The distinct keys in `path`, sorted; none when the file was never written."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        return []
+    return sorted({ln.strip() for ln in lines if ln.strip()})

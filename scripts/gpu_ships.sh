@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Issue 15 on the SM90 host (project root): qualify what ships. Steps, one call each, back to back (the host keeps
+# /tmp only while it stays up):
+#
+#   bash scripts/gpu_ships.sh numerics   (carry .gpu)  kernel GPU tests; the numerics gate with the envelope and
+#        GQA-group cells plus one kernel perf gate in ONE signed run (so its coverage table pairs what the perf
+#        items dispatched with what numerics qualified; the numerics items' own durations give the gate's time)
+#   bash scripts/gpu_ships.sh mutants    (carry .gpu/setup.sh, .vllm/1, .vllm/MANIFEST, .vllm/stage.sh)
+#        `qualify mutants` over mutants/cartridge_attn.yaml, 8 at once, signed; stages vLLM part 1
+#   bash scripts/gpu_ships.sh stage N    (carry .vllm/N, .vllm/MANIFEST, .vllm/stage.sh)
+#   bash scripts/gpu_ships.sh engine     (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh)
+#        the envelope numerics cells and one engine comparison in one signed run: the engine's coverage table
+# Logs and reports come back under $OUT (a few files; one tar.gz per step).
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+step=${1:?usage: gpu_ships.sh numerics | mutants | stage N | engine}
+WORK=/tmp/ships-work
+mkdir -p "$WORK"
+export PYTHONUNBUFFERED=1
+log() { echo "=== $(date +%T) $*"; }
+qualify() { python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' "$@"; }
+keys() { [[ -f $WORK/keys/signing-key.pem ]] || qualify keygen --out "$WORK/keys" >/dev/null; }
+
+case $step in
+numerics)
+  {
+    source .gpu/setup.sh
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+    git rev-parse HEAD 2>/dev/null; keys
+    log "kernel tests, compiled (gpu and kernel marks)"
+    timeout 200 python3 -m pytest -q -m "gpu or kernel" -rs tests/kernels -p no:cacheprovider -x 2>&1 | tail -n 6
+    log "numerics + perf-shared-vs-inject-fp8 in one run (coverage)"
+    SECONDS=0
+    timeout 420 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml \
+      gates/perf.yaml -k "numerics or perf-shared-vs-inject-fp8" --out "$WORK/coverage" --name coverage-perf-h200 \
+      --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/coverage.log" 2>&1
+    echo "exit $? wall ${SECONDS} s"
+    tail -n 30 "$WORK/coverage.log"
+  } 2>&1 | tee "$OUT/numerics.log"
+  tar -C "$WORK" -czf "$OUT/numerics.tar.gz" coverage coverage.log keys/signing-key.pub.pem 2>/dev/null
+  ;;
+mutants)
+  {
+    bash .vllm/stage.sh 1 >/dev/null 2>&1 &
+    stager=$!
+    source .gpu/setup.sh >/dev/null
+    keys
+    log "qualify mutants (8 at once)"
+    timeout 520 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants \
+      mutants/cartridge_attn.yaml --jobs 8 --timeout-s 420 --out "$WORK/mutation" --name mutation-h200 \
+      --sign-key "$WORK/keys/signing-key.pem"
+    echo "exit $?"
+    wait $stager; echo "vllm part 1 staged: exit $?"
+  } 2>&1 | tee "$OUT/mutants.log"
+  tar -C "$WORK" -czf "$OUT/mutation.tar.gz" mutation keys/signing-key.pub.pem 2>/dev/null
+  ;;
+stage)
+  bash .vllm/stage.sh "${2:?part number}"
+  ;;
+engine)
+  {
+    bash .vllm/stage.sh 3 || exit 1
+    source .vllm/setup.sh || exit 1
+    python3 -m pip show -q cartridge-qualify >/dev/null 2>&1 ||
+      python3 -m pip install -q --no-build-isolation --no-deps -e . -e tests/plugins/qualify_fake_kind || exit 1
+    if [[ -d /tmp/gpu-site/cryptography && ! -d /tmp/sign-site/cryptography ]]; then
+      mkdir -p /tmp/sign-site
+      (cd /tmp/gpu-site && cp -r cryptography cryptography-*.dist-info cffi cffi-*.dist-info _cffi_backend*.so \
+        pycparser pycparser-*.dist-info /tmp/sign-site/ 2>/dev/null)
+    fi
+    export PYTHONPATH="$PYTHONPATH:/tmp/sign-site"
+    keys
+    log "numerics envelope cells + engine-shared-vs-inject (tokens/s) in one run (coverage)"
+    QUALIFY_ENGINE_RUNS_DIR=$WORK/engine_runs timeout 540 python3 -c \
+      'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml gates/engine.yaml \
+      -k "numerics-envelope-decode or numerics-envelope-prefill or (engine-shared-vs-inject and output_tokens)" \
+      --out "$WORK/engine" --name coverage-engine-h200 --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q \
+      >"$WORK/engine.log" 2>&1
+    echo "exit $?"
+    tail -n 40 "$WORK/engine.log"
+  } 2>&1 | tee "$OUT/engine.log"
+  tar -C "$WORK" -czf "$OUT/engine.tar.gz" engine engine_runs engine.log keys/signing-key.pub.pem 2>/dev/null
+  ;;
+*)
+  echo "unknown step $step"; exit 2
+  ;;
+esac

@@ -1,0 +1,85 @@
+"""What a child's report says about a mutant, the score and verdict, and the signed mutation report."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qualify.mutation.catalog import Mutant
+from qualify.mutation.execute import ChildRun, MutantStatus, classify
+from qualify.mutation.materialize import Copy
+from qualify.mutation.report import mutant_row, summarize
+
+
+def _copy(tmp_path: Path, kernel: bytes = b"kernel source") -> tuple[Copy, str]:
+    import hashlib
+
+    pkg = tmp_path / "cartridge_attn"
+    pkg.mkdir()
+    (pkg / "_kernel.py").write_bytes(kernel)
+    return Copy(tmp_path, pkg, "t", "e"), hashlib.sha256(kernel).hexdigest()
+
+
+def _item(name: str, status: str, sha: str | None = None) -> dict:
+    m = {"kernel": {"source_sha256": sha}} if sha else {}
+    checks = [{"name": "rel L2", "passed": status == "passed"}]
+    return {"name": name, "status": status, "measurements": m, "checks": checks}
+
+
+def test_a_failed_or_errored_item_kills_and_a_full_pass_survives(tmp_path: Path) -> None:
+    copy, sha = _copy(tmp_path)
+    killed = classify({"verdict": "FAIL", "items": [_item("a", "passed", sha), _item("b", "failed", sha)]}, copy)
+    assert killed.status is MutantStatus.KILLED and [k["item"] for k in killed.killed_by] == ["b"]
+    assert killed.killed_by[0]["failed_checks"] == "rel L2"
+    crashed = classify({"verdict": "FAIL", "items": [_item("a", "error")]}, copy)
+    assert crashed.status is MutantStatus.KILLED
+    survived = classify({"verdict": "PASS", "items": [_item("a", "passed", sha)]}, copy)
+    assert survived.status is MutantStatus.SURVIVED
+
+
+def test_skipped_items_with_nothing_failed_show_nothing(tmp_path: Path) -> None:
+    copy, sha = _copy(tmp_path)
+    run = classify({"verdict": "INCOMPLETE", "items": [_item("a", "passed", sha), _item("b", "skipped")]}, copy)
+    assert run.status is MutantStatus.INCONCLUSIVE
+    empty = classify({"verdict": "PASS", "items": []}, copy)
+    assert empty.status is MutantStatus.INCONCLUSIVE
+
+
+def test_a_report_from_another_kernel_source_is_broken_not_a_kill(tmp_path: Path) -> None:
+    copy, _ = _copy(tmp_path)
+    run = classify({"verdict": "FAIL", "items": [_item("a", "failed", "f" * 64)]}, copy)
+    assert run.status is MutantStatus.BROKEN and "other than the copy's" in run.reason
+
+
+def _m(ident: str, equivalent: str | None = None) -> Mutant:
+    return Mutant(id=ident, category="masking", description="d", file="_kernel.py", find="a", replace="b",
+                  equivalent=equivalent)  # fmt: skip
+
+
+def _run(status: MutantStatus) -> ChildRun:
+    return ChildRun(status, None, 0, 1.0)
+
+
+ARGUED = "no input can tell: the edited branch is dead for every shape the API admits"
+
+
+@pytest.mark.parametrize(
+    ("baseline", "statuses", "equivalent", "verdict", "score"),
+    [
+        (MutantStatus.SURVIVED, [MutantStatus.KILLED, MutantStatus.KILLED], None, "PASS", 1.0),
+        (MutantStatus.SURVIVED, [MutantStatus.KILLED, MutantStatus.SURVIVED], None, "FAIL", 0.5),
+        (MutantStatus.SURVIVED, [MutantStatus.KILLED, MutantStatus.SURVIVED], ARGUED, "PASS", 1.0),
+        (MutantStatus.SURVIVED, [MutantStatus.KILLED, MutantStatus.KILLED], ARGUED, "FAIL", 1.0),  # argument wrong
+        (MutantStatus.SURVIVED, [MutantStatus.KILLED, MutantStatus.BROKEN], None, "INCOMPLETE", 1.0),
+        (MutantStatus.SURVIVED, [MutantStatus.KILLED, MutantStatus.INCONCLUSIVE], None, "INCOMPLETE", 1.0),
+        (MutantStatus.KILLED, [], None, "FAIL", None),  # the gate fails the unmutated kernel
+    ],
+)
+def test_score_and_verdict(baseline, statuses, equivalent, verdict, score) -> None:
+    rows = [mutant_row(_m("m0"), _run(statuses[0]), None)] if statuses else []
+    if len(statuses) > 1:
+        rows.append(mutant_row(_m("m1", equivalent), _run(statuses[1]), None))
+    got = summarize(_run(baseline), rows)
+    assert got["verdict"] == verdict
+    assert got["score"] == score
