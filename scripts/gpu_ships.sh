@@ -6,7 +6,7 @@
 #        GQA-group cells plus one kernel perf gate in ONE signed run (so its coverage table pairs what the perf
 #        items dispatched with what numerics qualified; the numerics items' own durations give the gate's time)
 #   bash scripts/gpu_ships.sh mutants    (carry .gpu/setup.sh, .vllm/1, .vllm/MANIFEST, .vllm/stage.sh)
-#        `qualify mutants` over mutants/cartridge_attn.yaml, 8 at once, signed; stages vLLM part 1
+#        `qualify mutants` over mutation/cartridge_attn.yaml, 8 at once, signed; stages vLLM part 1
 #   bash scripts/gpu_ships.sh stage N    (carry .vllm/N, .vllm/MANIFEST, .vllm/stage.sh)
 #   bash scripts/gpu_ships.sh engine     (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh)
 #        the envelope numerics cells and one engine comparison in one signed run: the engine's coverage table
@@ -48,7 +48,7 @@ mutants)
     keys
     log "qualify mutants (8 at once)"
     timeout 520 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants \
-      mutants/cartridge_attn.yaml --jobs 8 --timeout-s 420 --out "$WORK/mutation" --name mutation-h200 \
+      mutation/cartridge_attn.yaml --jobs 8 --timeout-s 420 --out "$WORK/mutation" --name mutation-h200 \
       --sign-key "$WORK/keys/signing-key.pem"
     echo "exit $?"
     wait $stager; echo "vllm part 1 staged: exit $?"

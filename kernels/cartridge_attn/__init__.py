@@ -20,7 +20,7 @@ UnsupportedLayoutError, UnsupportedArchitectureError
     Raised for anything outside the specialization (there is no fallback).
 
 The qualified envelope is SM90 (H100 / H200). Deliberately wrong variants are not part of it: they are
-source edits applied to a copy of this package (``mutants/cartridge_attn.yaml``, ``qualify mutants``).
+source edits applied to a copy of this package (``mutation/cartridge_attn.yaml``, ``qualify mutants``).
 
 Names are imported on first use: ``cartridge_attn.heuristics`` and ``cartridge_attn.dispatch`` (configurations,
 the dispatch table) need neither torch nor triton, so tools that only plan or list cells stay light, and the

@@ -63,7 +63,7 @@ class Catalog(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     version: Literal[1]
-    target: str = Field(min_length=1)  # the package folder, relative to the catalog's repository root
+    target: str = Field(min_length=1)  # the package folder, relative to the catalog file
     gate: list[str] = Field(min_length=1)  # gate files the mutants are run against
     mutants: list[Mutant] = Field(min_length=1)
 
@@ -95,8 +95,8 @@ class LoadedCatalog(BaseModel):
 
     @property
     def root(self) -> Path:
-        """The folder `target` and `gate` are relative to: the catalog's parent folder's parent (the repository)."""
-        return self.path.resolve().parent.parent
+        """The folder `target` and `gate` are relative to: the catalog's own."""
+        return self.path.resolve().parent
 
 
 def _error(doc: LocatedDocument, exc: ValidationError) -> GateFileError:

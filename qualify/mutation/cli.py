@@ -35,7 +35,7 @@ def add_parser(sub: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("catalog", nargs="?", default="mutants/cartridge_attn.yaml", help="mutant catalog (YAML)")
+    p.add_argument("catalog", nargs="?", default="mutation/cartridge_attn.yaml", help="mutant catalog (YAML)")
     p.add_argument("--gate", action="append", metavar="FILE", help="gate file(s) instead of the catalog's `gate`")
     p.add_argument("--only", metavar="IDS", help="comma-separated mutant ids (default: all)")
     p.add_argument("--interpreter-only", action="store_true", help="only mutants marked `interpreter: true`")
@@ -112,7 +112,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         print(f"{args.catalog}: {detail}", file=sys.stderr)
         return EXIT_USAGE
     cwd = Path.cwd()
-    print(f"{len(mutants)} mutants of {loaded.catalog.target} against {', '.join(relative(g, root) for g in gates)}")
+    print(f"{len(mutants)} mutants of {loaded.catalog.target} against {', '.join(relative(g, cwd) for g in gates)}")
     # The unmutated copy runs beside the mutants rather than first: its verdict decides the report's, and a
     # release host's time is better spent running all of them at once.
     runs: dict[str, tuple[ChildRun, str | None]] = {}
@@ -130,17 +130,17 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         print("the gate does not pass the unmutated kernel: the mutation score means nothing", file=sys.stderr)
     rows = [mutant_row(m, *runs[m.id]) for m in mutants if m.id in runs]
     finished = datetime.now(UTC)
-    provenance = collect_provenance(sys.argv, root, started, finished, sign_key=sign_key).model_dump(mode="json")
+    provenance = collect_provenance(sys.argv, cwd, started, finished, sign_key=sign_key).model_dump(mode="json")
     report = build_mutation_report(
         loaded,
         target_tree_sha256=tree_sha256(target),
-        gate_files=[(relative(g, root), sha256_file(g)) for g in gates],
+        gate_files=[(relative(g, cwd), sha256_file(g)) for g in gates],
         baseline=baseline,
         rows=rows,
         seed=args.seed,
         stop_at_first_failure=not args.all_items,
         provenance=provenance,
-        catalog_path=relative(Path(args.catalog), root),
+        catalog_path=relative(Path(args.catalog), cwd),
     )
     report_path, envelope_path = out / f"{name}.json", out / f"{name}.dsse.json"
     try:

@@ -13,7 +13,7 @@ from qualify.mutation.catalog import Mutant, load_catalog
 from qualify.mutation.materialize import apply_edit, materialize, tree_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
-CATALOG = ROOT / "mutants" / "cartridge_attn.yaml"
+CATALOG = ROOT / "mutation" / "cartridge_attn.yaml"
 
 
 def test_the_catalog_covers_what_the_issue_lists_and_every_edit_applies(tmp_path: Path) -> None:
@@ -87,7 +87,7 @@ def test_a_bad_catalog_entry_is_refused_with_its_line(tmp_path: Path, entry: str
               "replace": "x = 2"}  # fmt: skip
     key = entry.split(":")[0].strip()
     lines = [f"    {k}: {v}\n" for k, v in fields.items() if k != key] + [entry]
-    text = "version: 1\ntarget: pkg\ngate: [g.yaml]\nmutants:\n  - id: m1\n" + "".join(
+    text = "version: 1\ntarget: ../pkg\ngate: [../g.yaml]\nmutants:\n  - id: m1\n" + "".join(
         ln for ln in lines if not ln.startswith("    id:")
     )
     path = tmp_path / "mutants" / "c.yaml"
@@ -104,9 +104,9 @@ def test_a_catalog_naming_a_missing_file_or_gate_is_refused(tmp_path: Path) -> N
     (tmp_path / "mutants").mkdir()
     path = tmp_path / "mutants" / "c.yaml"
     body = "  - {id: m1, category: masking, description: d, file: nope.py, find: 'x = 1', replace: 'x = 2'}\n"
-    path.write_text("version: 1\ntarget: pkg\ngate: [missing.yaml]\nmutants:\n" + body)
-    with pytest.raises(GateFileError, match=r"gate file 'missing\.yaml' not found"):
+    path.write_text("version: 1\ntarget: ../pkg\ngate: [../missing.yaml]\nmutants:\n" + body)
+    with pytest.raises(GateFileError, match=r"gate file '\.\./missing\.yaml' not found"):
         load_catalog(path)
     (tmp_path / "missing.yaml").write_text("suite: s\n")
-    with pytest.raises(GateFileError, match=r"mutant m1: 'nope.py' is not a file of pkg"):
+    with pytest.raises(GateFileError, match=r"mutant m1: 'nope.py' is not a file of \.\./pkg"):
         load_catalog(path)

@@ -101,7 +101,7 @@ def _catalog(tmp_path: Path, mutants: str) -> Path:
     (tmp_path / "gate.yaml").write_text(one_cell)
     (tmp_path / "mutants").mkdir()
     path = tmp_path / "mutants" / "c.yaml"
-    path.write_text("version: 1\ntarget: kernels/cartridge_attn\ngate: [gate.yaml]\nmutants:\n" + mutants)
+    path.write_text("version: 1\ntarget: ../kernels/cartridge_attn\ngate: [../gate.yaml]\nmutants:\n" + mutants)
     return path
 
 
