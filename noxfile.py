@@ -104,6 +104,22 @@ def mutate(session: nox.Session) -> None:
     session.run("mutmut", "results", "--all", "true")
 
 
+@nox.session(venv_params=["--system-site-packages"])
+def mutants(session: nox.Session) -> None:
+    """Mutation testing of the fused kernel on an SM90 host: `qualify mutants` over mutation/cartridge_attn.yaml.
+
+    Each mutant is a source edit applied to a copy of kernels/cartridge_attn; the numerics gate runs against it in
+    a fresh process. Extra arguments go to `qualify mutants` (e.g. `-- --jobs 8 --sign-key KEY`). About 2.5 minutes
+    with --jobs 8 on an H200 (results/2026-12-01-ships-h200/).
+    """
+    session.install("-e", ".[dev]", "--no-deps")
+    session.install("pyyaml", "pydantic>=2.6", "cryptography", "jsonschema")
+    args = ["qualify", "mutants", "mutation/cartridge_attn.yaml"]
+    if os.environ.get("QUALIFY_SIGNING_KEY"):
+        args += ["--sign-key", os.environ["QUALIFY_SIGNING_KEY"]]
+    session.run(*args, *session.posargs)
+
+
 @nox.session
 def lint(session: nox.Session) -> None:
     """ruff over the whole tree; actionlint and zizmor (offline) over .github/workflows/."""

@@ -242,6 +242,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     from qualify.signing import verify_envelope_file
+    from qualify.signing.intoto import MUTATION_PREDICATE_TYPE
 
     try:
         verified = verify_envelope_file(args.envelope, args.key, subject_file=args.subject)
@@ -251,9 +252,14 @@ def cmd_verify(args: argparse.Namespace) -> int:
     predicate = verified.statement.predicate
     subjects = verified.statement.subject
     print(f"OK: {args.envelope} is signed by {args.key}")
+    what = (
+        f"mutation score: {predicate.get('score')}"
+        if verified.statement.predicate_type == MUTATION_PREDICATE_TYPE
+        else f"release: {predicate.get('release', {}).get('is_release')}"
+    )
     print(
-        f"verdict: {predicate.get('verdict')}  release: {predicate.get('release', {}).get('is_release')}  "
-        f"subjects: {len(subjects)}" + ("" if args.verbose else " (-v lists them)")
+        f"verdict: {predicate.get('verdict')}  {what}  subjects: {len(subjects)}"
+        + ("" if args.verbose else " (-v lists them)")
     )
     if args.verbose:
         for s in subjects:

@@ -275,3 +275,24 @@ def test_release_baseline_is_verified_before_use(tmp_path: Path, log: Path, monk
     monkeypatch.setenv("QUALIFY_BASELINE_PUBLIC_KEY", str(public))
     with pytest.raises(QualifyError, match=f"baseline report {tampered}"):
         run(item(tmp_path, **release), ctx(baseline=tampered))
+
+
+def test_the_variants_a_signed_baseline_dispatched_count_as_dispatched_by_the_comparing_item(
+    tmp_path: Path, log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A release report of format 3 lists the specializations each perf item dispatched; comparing with it vouches
+    # for them only if this run's numerics qualified them, so the comparing item carries them into the coverage.
+    c = ctx()
+    cell = item(tmp_path)
+    spec = "decode/bfloat16/g4/d128/p8/causal/cv-float8_e4m3fn/lv-bfloat16/m16n128r2w4s3"
+    measured = run(cell, c).measurements.model_dump(mode="json")
+    keys = generate_keypair(tmp_path / "keys")
+    released = {"name": cell.name, "kind": "perf_nonregression", "measurements": measured,
+                "specializations": {"qualified": [], "dispatched": [spec]}}  # fmt: skip
+    _, envelope = sign_report({"verdict": "PASS", "items": [released]}, [], load_private_key(keys.private))
+    path = tmp_path / "release.dsse.json"
+    path.write_bytes(envelope)
+    monkeypatch.setenv("QUALIFY_BASELINE_PUBLIC_KEY", str(keys.public))
+    c.baseline = path
+    out = run(item(tmp_path, baseline="release", thresholds={"decode_tokens_per_s": 0.97}), c)
+    assert spec in out.dispatches

@@ -1,0 +1,31 @@
+"""The engine's dispatch log: each variant the backend plans is written once, and the worker reads them back."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qualify.serve.dispatch_log import DISPATCH_LOG_ENV, DispatchLog, read_dispatch_log
+
+
+def test_each_new_key_is_written_once_and_read_back_sorted(tmp_path: Path) -> None:
+    path = tmp_path / "dispatch.log"
+    first, second = DispatchLog(str(path)), DispatchLog(str(path))  # two engine processes sharing the file
+    for key in ("prefill/b", "decode/a", "prefill/b", "decode/a"):
+        first.record(key)
+    second.record("decode/a")
+    second.record("decode/c")
+    assert path.read_text().splitlines() == ["prefill/b", "decode/a", "decode/a", "decode/c"]
+    assert read_dispatch_log(path) == ["decode/a", "decode/c", "prefill/b"]
+
+
+def test_without_the_variable_nothing_is_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(DISPATCH_LOG_ENV, raising=False)
+    log = DispatchLog()
+    log.record("decode/a")
+    assert log.path is None and list(tmp_path.iterdir()) == []
+    assert read_dispatch_log(tmp_path / "never-written.log") == []
+    monkeypatch.setenv(DISPATCH_LOG_ENV, str(tmp_path / "from-env.log"))
+    DispatchLog().record("decode/a")
+    assert read_dispatch_log(tmp_path / "from-env.log") == ["decode/a"]
