@@ -33,12 +33,13 @@ numerics)
     install; keys
     [[ ${SKIP_TESTS:-0} == 1 ]] || {
       log "kernel tests, compiled (gpu and kernel marks)"
-      timeout 200 python3 -m pytest -q -m "gpu or kernel" -rs tests/kernels -p no:cacheprovider -x 2>&1 | tail -n 6
+      timeout 200 python3 -m pytest -q -m "gpu or kernel" -rs ${KERNEL_TESTS:-tests/kernels} -p no:cacheprovider -x 2>&1 |
+        tail -n 6
     }
     rm -rf "$WORK/coverage"  # scratch: a rerun on a warm host replaces the last one
     log "numerics + perf-shared-vs-inject-fp8 in one run (coverage)"
     SECONDS=0
-    timeout 420 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml \
+    timeout ${COVERAGE_TIMEOUT_S:-420} python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml \
       gates/perf.yaml -k "numerics or perf-shared-vs-inject-fp8" --out "$WORK/coverage" --name coverage-perf-h200 \
       --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/coverage.log" 2>&1
     echo "exit $? wall ${SECONDS} s"

@@ -27,8 +27,11 @@ import triton.language as tl
 # that gate files can be expanded and linted against the dispatch without importing either.
 from .heuristics import (  # noqa: F401  (re-exported: the API and the tests read them as _kernel.*)
     DECODE_PACK_MIN_BATCH,
+    DECODE_SPLIT_KEYS,
+    DECODE_SPLIT_MAX,
     DECODE_WIDE_MAX_BATCH,
     DECODE_WIDE_MIN_LIVE,
+    GPU_SMS,
     PREFILL_GRID_SMS,
     QUALIFIED_ARCHS,
     SUPPORTED_GROUPS,
@@ -120,6 +123,9 @@ def cartridge_attn_kernel(
     kv_len_ptr,
     tile_req_ptr,
     tile_row_ptr,
+    split_o_ptr,
+    split_ml_ptr,
+    split_count_ptr,
     num_reqs,
     cart_len,
     qk_scale,
@@ -148,9 +154,14 @@ def cartridge_attn_kernel(
     CV_FP8: tl.constexpr,
     LV_FP8: tl.constexpr,
     DOT_F32: tl.constexpr,
+    SPLITS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
+    if SPLITS > 1:
+        # Flash-decoding: SPLITS consecutive programs share one request (REQS is 1) and KV head.
+        split = pid % SPLITS
+        pid = pid // SPLITS
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
@@ -213,12 +224,25 @@ def cartridge_attn_kernel(
     n_cart = cart_len
     ck_base = ck_ptr + kvh * stride_ckh
     cv_base = cv_ptr + kvh * stride_cvh
+    if SPLITS > 1:
+        # This program's keys: one tile-aligned range [lo, hi) of the cartridge followed by the live suffix.
+        total = cart_len + live_end
+        chunk = tl.cdiv(tl.cdiv(total, SPLITS), BLOCK_N) * BLOCK_N
+        lo = split * chunk
+        hi = tl.maximum(tl.minimum(lo + chunk, total), lo)  # a short request leaves its last splits empty
+        c_lo = tl.minimum(lo, n_cart)
+        c_hi = tl.minimum(hi, n_cart)
+        l_lo = tl.maximum(lo - cart_len, 0)
+        l_hi = tl.maximum(hi - cart_len, 0)
+    else:
+        c_lo = 0
+        c_hi = n_cart
     if DECODE:
         # Few, short loops: one pipelined loop with the ragged end masked costs less than a separate,
         # unpipelined tail tile whose loads would wait a full memory latency.
-        for start in tl.range(0, n_cart, BLOCK_N):
+        for start in tl.range(c_lo, c_hi, BLOCK_N):
             pos = start + offs_n
-            ok = pos < n_cart
+            ok = pos < c_hi
             k = tl.load(ck_base + pos[:, None] * stride_ckt + offs_d[None, :], mask=ok[:, None], other=0.0)
             v = tl.load(cv_base + pos[:, None] * stride_cvt + offs_d[None, :], mask=ok[:, None], other=0.0)
             acc, m_i, l_i = _attend(
@@ -259,6 +283,10 @@ def cartridge_attn_kernel(
         acc, m_i, l_i = _attend(acc, m_i, l_i, q, k, v, 0, lv_scale, qk_scale, False, LV_FP8, LV_SCALE_P, DOT_F32)
     # Tiles on the causal diagonal, at the end of a sequence, or (decode) shared by several requests.
     n_iter = tl.cdiv(live_end, BN_R)
+    if SPLITS > 1:
+        # Only tiles that meet [l_lo, l_hi): a fully masked tile would meet an empty running max (-inf - -inf).
+        n_live_full = l_lo // BN_R
+        n_iter = tl.where(l_hi > l_lo, tl.cdiv(l_hi, BN_R), n_live_full)
     for it in tl.range(n_live_full, n_iter):
         j = it * BN_R + offs_n % BN_R
         col_ok = j < col_len
@@ -277,11 +305,39 @@ def cartridge_attn_kernel(
         visible = j[None, :] <= limit[:, None]
         if DECODE:
             visible = visible & (col_req_local[None, :] == row_req_local[:, None])
+        if SPLITS > 1:
+            visible = visible & (j[None, :] >= l_lo) & (j[None, :] < l_hi)
         acc, m_i, l_i = _attend(acc, m_i, l_i, q, k, v, visible, lv_scale, qk_scale, True, LV_FP8, LV_SCALE_P, DOT_F32)
 
-    out = acc / l_i[:, None]
-    tl.store(
-        o_ptr + q_row[:, None].to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :],
-        out.to(o_ptr.dtype.element_ty),
-        mask=row_ok[:, None],
-    )
+    o_ptrs = o_ptr + q_row[:, None].to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
+    if SPLITS > 1:
+        # Publish this split's state; the program that arrives last combines all of them exactly (the max in
+        # scaled log2 units, as in _attend) and re-arms the counter for the next launch (graph replays too).
+        slot = (pid * tl.num_programs(1) + kvh) * SPLITS
+        base_o = split_o_ptr + (slot + split).to(tl.int64) * (BLOCK_M * HEAD_DIM)
+        tl.store(base_o + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc)
+        base_ml = split_ml_ptr + (slot + split).to(tl.int64) * (2 * BLOCK_M)
+        tl.store(base_ml + offs_m, m_i)
+        tl.store(base_ml + BLOCK_M + offs_m, l_i)
+        arrived = tl.atomic_add(split_count_ptr + pid * tl.num_programs(1) + kvh, 1, sem="acq_rel")
+        if arrived == SPLITS - 1:
+            ml = split_ml_ptr + slot.to(tl.int64) * (2 * BLOCK_M)
+            m_max = tl.full([BLOCK_M], float("-inf"), tl.float32)
+            for s in tl.static_range(SPLITS):
+                m_max = tl.maximum(m_max, tl.load(ml + s * 2 * BLOCK_M + offs_m, cache_modifier=".cg"))
+            total_acc = tl.zeros([BLOCK_M, HEAD_DIM], tl.float32)
+            total_l = tl.zeros([BLOCK_M], tl.float32)
+            for s in tl.static_range(SPLITS):
+                # An empty split (a short request) left m = -inf, l = 0, acc = 0: its weight is 0.
+                m_s = tl.load(ml + s * 2 * BLOCK_M + offs_m, cache_modifier=".cg")
+                w = tl.where(m_s == float("-inf"), 0.0, tl.math.exp2(m_s - m_max))
+                part = split_o_ptr + (slot + s).to(tl.int64) * (BLOCK_M * HEAD_DIM)
+                a = tl.load(part + offs_m[:, None] * HEAD_DIM + offs_d[None, :], cache_modifier=".cg")
+                total_acc += w[:, None] * a
+                total_l += w * tl.load(ml + s * 2 * BLOCK_M + BLOCK_M + offs_m, cache_modifier=".cg")
+            out = total_acc / total_l[:, None]
+            tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])
+            tl.atomic_xchg(split_count_ptr + pid * tl.num_programs(1) + kvh, 0, sem="relaxed")
+    else:
+        out = acc / l_i[:, None]
+        tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=row_ok[:, None])

@@ -71,6 +71,22 @@ class Plan:
     tensors: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
 
 
+def _split_workspace(
+    cfg: K.KernelConfig, batch: int, num_kv_heads: int, head_dim: int, dev: torch.device
+) -> dict[str, torch.Tensor]:
+    """Split decode's partial states (fp32 accumulators, max and sum per row) and its arrival counters, which
+    the combining program re-arms to 0; one-element stand-ins when the launch does not split."""
+    if cfg.splits == 1:
+        one = torch.zeros(1, dtype=torch.float32, device=dev)
+        return {"split_o": one, "split_ml": one, "split_count": torch.zeros(1, dtype=torch.int32, device=dev)}
+    states = batch * num_kv_heads * cfg.splits
+    return {
+        "split_o": torch.empty(states * cfg.block_m * head_dim, dtype=torch.float32, device=dev),
+        "split_ml": torch.empty(states * 2 * cfg.block_m, dtype=torch.float32, device=dev),
+        "split_count": torch.zeros(batch * num_kv_heads, dtype=torch.int32, device=dev),
+    }
+
+
 def _as_host_ints(name: str, t: torch.Tensor, dim: int = 1) -> torch.Tensor:
     if not isinstance(t, torch.Tensor):
         raise UnsupportedLayoutError(name, "a torch.Tensor", type(t).__name__)
@@ -383,7 +399,9 @@ class CartridgeAttention:
         max_live = int(live.max())
         if config is None:
             if mode == "decode":
-                config = K.decode_config(group, head_dim, batch, max_live)
+                config = K.decode_config(
+                    group, head_dim, batch, max_live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len
+                )
             else:
                 config = K.prefill_config(group, head_dim, rows=int(qo[-1]) * group, num_kv_heads=num_kv_heads)
         self._check_config(config, mode, group)
@@ -396,7 +414,7 @@ class CartridgeAttention:
             "kv_len": live.to(**i32),
         }
         if mode == "decode":
-            n_prog = -(-batch // config.reqs_per_program)
+            n_prog = -(-batch // config.reqs_per_program) * config.splits
             tensors["tile_req"] = torch.zeros(1, **i32)
             tensors["tile_row"] = torch.zeros(1, **i32)
         else:
@@ -407,6 +425,7 @@ class CartridgeAttention:
             tensors["tile_row"] = tile_row.to(**i32)
             n_prog = tile_req.numel()
 
+        tensors.update(_split_workspace(config, batch, num_kv_heads, head_dim, dev))
         self._plan = Plan(
             mode=mode,
             batch=batch,
@@ -503,7 +522,9 @@ class CartridgeAttention:
             raise UnsupportedLayoutError("seq_lens_bound", f"{batch} entries (one per request)", len(bound))
         mode = "decode" if all(n == 1 for n in query_lens) else "prefill"
         if mode == "decode":
-            config = K.decode_config(group, head_dim, batch, max_seq_len)
+            config = K.decode_config(
+                group, head_dim, batch, max_seq_len, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len
+            )
         else:
             config = K.prefill_config(group, head_dim, rows=sum(query_lens) * group, num_kv_heads=num_kv_heads)
         self._check_config(config, mode, group)
@@ -517,7 +538,7 @@ class CartridgeAttention:
             "kv_len": seq_lens[:batch],
         }
         if mode == "decode":
-            n_prog = -(-batch // config.reqs_per_program)
+            n_prog = -(-batch // config.reqs_per_program) * config.splits
             tensors["tile_req"] = torch.zeros(1, **i32)
             tensors["tile_row"] = torch.zeros(1, **i32)
         else:
@@ -525,6 +546,7 @@ class CartridgeAttention:
             tensors["tile_req"] = tile_req.to(**i32, non_blocking=True)
             tensors["tile_row"] = tile_row.to(**i32, non_blocking=True)
             n_prog = tile_req.numel()
+        tensors.update(_split_workspace(config, batch, num_kv_heads, head_dim, dev))
         self._plan = Plan(
             mode=mode,
             batch=batch,
@@ -557,14 +579,20 @@ class CartridgeAttention:
             raise UnsupportedLayoutError("config block sizes", "powers of two >= 16", f"{cfg.block_m}x{cfg.block_n}")
         if mode == "decode":
             r = cfg.reqs_per_program
+            k = cfg.splits
+            if not pow2(k) or k > K.DECODE_SPLIT_MAX or (k > 1 and r != 1):
+                raise UnsupportedLayoutError(
+                    "decode config splits", f"a power of two <= {K.DECODE_SPLIT_MAX}, and 1 when requests are packed",
+                    cfg.as_dict(),
+                )  # fmt: skip
             if not pow2(r) or r * group > cfg.block_m or cfg.block_n % r or cfg.block_n // r < 16:
                 raise UnsupportedLayoutError(
                     "decode config",
                     "reqs_per_program a power of two, reqs*group <= block_m, block_n/reqs >= 16",
                     cfg.as_dict(),
                 )
-        elif cfg.reqs_per_program != 1:
-            raise UnsupportedLayoutError("prefill config reqs_per_program", "1", cfg.reqs_per_program)
+        elif cfg.reqs_per_program != 1 or cfg.splits != 1:
+            raise UnsupportedLayoutError("prefill config reqs_per_program / splits", "1 / 1", cfg.as_dict())
 
     # -----------------------------------------------------------------------------------------------
     def _scale(
@@ -665,6 +693,7 @@ class CartridgeAttention:
         self.last_compiled = K.cartridge_attn_kernel[p.grid](
             q, out, cartridge_k, cartridge_v, cv_scale, live_k, live_v, lv_scale,
             t["qo_indptr"], t["kv_indptr"], t["kv_indices"], t["kv_len"], t["tile_req"], t["tile_row"],
+            t["split_o"], t["split_ml"], t["split_count"],
             p.batch, t_c, p.sm_scale * _LOG2E,
             q.stride(0), q.stride(1), out.stride(0), out.stride(1),
             cartridge_k.stride(0), cartridge_k.stride(1), cartridge_v.stride(0), cartridge_v.stride(1),
@@ -674,7 +703,7 @@ class CartridgeAttention:
             BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, REQS=cfg.reqs_per_program,
             DECODE=p.mode == "decode", CAUSAL=p.causal,
             CV_FP8=p.cartridge_v_dtype == K.FP8_DTYPE, LV_FP8=p.live_v_dtype == K.FP8_DTYPE,
-            DOT_F32=K.INTERPRETED,
+            DOT_F32=K.INTERPRETED, SPLITS=cfg.splits,
             num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
         return out

@@ -29,6 +29,7 @@ class Envelope:
     groups: tuple[int, ...] = K.SUPPORTED_GROUPS
     head_dims: tuple[int, ...] = K.SUPPORTED_HEAD_DIMS
     num_kv_heads: tuple[int, ...] = (8,)
+    cartridge_lens: tuple[int, ...] = (632,)  # decode splits depend on the keys a request holds
     max_batch: int = 256  # decode: requests in one step
     max_live: int = 4096  # decode: the longest live suffix, this step's token included
     max_query_tokens: int = 8192  # prefill: query tokens in one batch, all requests together
@@ -58,11 +59,16 @@ class Region:
     max_live: tuple[int, int] | None = None
     query_rows: tuple[int, int] | None = None
     num_kv_heads: int | None = None
+    cartridge_len: int | None = None  # decode: the cartridge the split count was chosen for
 
-    def contains(self, *, batch: int = 0, max_live: int = 0, query_rows: int = 0, num_kv_heads: int = 0) -> bool:
+    def contains(
+        self, *, batch: int = 0, max_live: int = 0, query_rows: int = 0, num_kv_heads: int = 0,
+        cartridge_len: int | None = None,
+    ) -> bool:  # fmt: skip
         if self.mode == "decode":
             assert self.batch is not None and self.max_live is not None
-            return self.batch[0] <= batch <= self.batch[1] and self.max_live[0] <= max_live <= self.max_live[1]
+            same = (self.num_kv_heads, self.cartridge_len) == (num_kv_heads or self.num_kv_heads, cartridge_len)
+            return same and self.batch[0] <= batch <= self.batch[1] and self.max_live[0] <= max_live <= self.max_live[1]
         assert self.query_rows is not None
         return self.num_kv_heads == num_kv_heads and self.query_rows[0] <= query_rows <= self.query_rows[1]
 
@@ -103,11 +109,42 @@ def _merge(regions: list[Region], axis: str, other: str) -> list[Region]:
     return out
 
 
-def decode_regions(group: int, head_dim: int, max_batch: int, max_live: int) -> list[Region]:
+def _split_cuts(num_kv_heads: int, cartridge_len: int) -> tuple[set[int], set[int]]:
+    """Batches and live lengths at which the split count can change: every batch whose grid is still smaller
+    than the SMs (the count is a ceiling in the batch), and the lengths where the keys reach another power of
+    two of split ranges."""
+    batches = set(range(2, -(-K.GPU_SMS // num_kv_heads) + 2))
+    lives = {K.DECODE_SPLIT_KEYS * (1 << k) - cartridge_len for k in range(1, K.DECODE_SPLIT_MAX.bit_length())}
+    return batches, {n for n in lives if n > 1}
+
+
+def decode_regions(
+    group: int, head_dim: int, max_batch: int, max_live: int, num_kv_heads: int = 8, cartridge_len: int | None = None
+) -> list[Region]:
+    """Decode regions over (batch, max_live); with `cartridge_len`, also where the split count changes."""
+    batch_cuts = {K.DECODE_WIDE_MAX_BATCH + 1, K.DECODE_PACK_MIN_BATCH}
+    live_cuts = {K.DECODE_WIDE_MIN_LIVE}
+    if cartridge_len is not None:
+        more_b, more_l = _split_cuts(num_kv_heads, cartridge_len)
+        batch_cuts |= more_b
+        live_cuts |= more_l
+
+    def config(b: int, n: int) -> K.KernelConfig:
+        return K.decode_config(group, head_dim, b, n, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len)
+
     cells = [
-        Region("decode", group, head_dim, K.decode_config(group, head_dim, b0, n0), batch=(b0, b1), max_live=(n0, n1))
-        for b0, b1 in _intervals(1, max_batch, {K.DECODE_WIDE_MAX_BATCH + 1, K.DECODE_PACK_MIN_BATCH})
-        for n0, n1 in _intervals(1, max_live, {K.DECODE_WIDE_MIN_LIVE})
+        Region(
+            "decode",
+            group,
+            head_dim,
+            config(b0, n0),
+            batch=(b0, b1),
+            max_live=(n0, n1),
+            num_kv_heads=num_kv_heads,
+            cartridge_len=cartridge_len,
+        )
+        for b0, b1 in _intervals(1, max_batch, batch_cuts)
+        for n0, n1 in _intervals(1, max_live, live_cuts)
     ]
     return _merge(_merge(cells, "max_live", "batch"), "batch", "max_live")
 
@@ -135,8 +172,9 @@ def dispatch_table(envelope: Envelope | None = None) -> list[Region]:
     table: list[Region] = []
     for group in e.groups:
         for head_dim in e.head_dims:
-            table += decode_regions(group, head_dim, e.max_batch, e.max_live)
             for h_kv in e.num_kv_heads:
+                for t_c in e.cartridge_lens:
+                    table += decode_regions(group, head_dim, e.max_batch, e.max_live, h_kv, t_c)
                 table += prefill_regions(group, head_dim, h_kv, e.max_query_tokens)
     return table
 
@@ -162,6 +200,7 @@ class Specialization:
     reqs_per_program: int
     num_warps: int
     num_stages: int
+    splits: int = 1
 
     @property
     def key(self) -> str:
@@ -173,7 +212,9 @@ class Specialization:
 
     @property
     def config(self) -> K.KernelConfig:
-        return K.KernelConfig(self.block_m, self.block_n, self.reqs_per_program, self.num_warps, self.num_stages)
+        return K.KernelConfig(
+            self.block_m, self.block_n, self.reqs_per_program, self.num_warps, self.num_stages, self.splits
+        )
 
 
 def specialization_of(plan: Plan) -> Specialization:
@@ -193,4 +234,5 @@ def specialization_of(plan: Plan) -> Specialization:
         reqs_per_program=c.reqs_per_program,
         num_warps=c.num_warps,
         num_stages=c.num_stages,
+        splits=c.splits,
     )

@@ -37,6 +37,9 @@ class KernelConfig:
         Warps per program.
     num_stages : int
         Software-pipelining depth of the K/V loads.
+    splits : int
+        Decode only: programs sharing one (request, KV head), each over its own range of cartridge + live keys;
+        the last to finish combines their online-softmax states (flash-decoding). 1: no split.
     """
 
     block_m: int
@@ -44,14 +47,17 @@ class KernelConfig:
     reqs_per_program: int
     num_warps: int
     num_stages: int
+    splits: int = 1
 
     def as_dict(self) -> dict[str, int]:
         return asdict(self)
 
     @property
     def tag(self) -> str:
-        """A short name, e.g. ``m16n128r2w4s3`` (block_m, block_n, reqs_per_program, warps, stages)."""
-        return f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}"
+        """A short name, e.g. ``m16n128r2w4s3`` (block_m, block_n, reqs_per_program, warps, stages), and ``k4``
+        appended for 4 splits."""
+        split = f"k{self.splits}" if self.splits > 1 else ""
+        return f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}{split}"
 
 
 # The inputs at which the default configurations change, named once: the heuristics below read them and
@@ -60,6 +66,9 @@ DECODE_PACK_MIN_BATCH = 32  # from this batch on, decode packs 2 requests per pr
 DECODE_WIDE_MAX_BATCH = 4  # up to this batch ...
 DECODE_WIDE_MIN_LIVE = 512  # ... and from this live length on, unpacked decode uses wide tiles
 PREFILL_GRID_SMS = 132  # fewer 128-row tiles x KV heads than the H200's SMs: prefill drops to 64-row tiles
+GPU_SMS = 132  # decode splits each (request, KV head) while batch x H_kv programs leave SMs idle ...
+DECODE_SPLIT_KEYS = 128  # ... into ranges of at least this many cartridge + live keys ...
+DECODE_SPLIT_MAX = 16  # ... at most this many, a power of two
 
 
 def _pow2_at_least(x: int) -> int:
@@ -70,12 +79,24 @@ def _pow2_at_most(x: int) -> int:
     return 1 << max(0, x.bit_length() - 1)
 
 
+def decode_splits(batch: int, num_kv_heads: int, total_keys: int) -> int:
+    """Programs per (request, KV head): enough to fill the SMs, each over at least DECODE_SPLIT_KEYS keys."""
+    programs = batch * num_kv_heads
+    if programs >= GPU_SMS:
+        return 1
+    want = -(-GPU_SMS // programs)
+    return _pow2_at_most(max(1, min(want, total_keys // DECODE_SPLIT_KEYS, DECODE_SPLIT_MAX)))
+
+
 def decode_config(
     group: int,
     head_dim: int,
     batch: int,
     max_live: int,
     *,
+    num_kv_heads: int | None = None,
+    cartridge_len: int | None = None,
+    splits: int | None = None,
     reqs: int | None = None,
     block_n: int | None = None,
     num_warps: int | None = None,
@@ -85,13 +106,28 @@ def decode_config(
 
     Packing several requests into one program lets them share each cartridge tile (fewer L2 reads of
     the cartridge) but leaves fewer programs, so it pays only once there are programs enough to fill
-    the 132 SMs (batch x H_kv well above 132).
+    the 132 SMs (batch x H_kv well above 132). With ``num_kv_heads`` and ``cartridge_len`` given, a grid that
+    would leave SMs idle splits each request's keys over several programs instead (``decode_splits``); without
+    them (or with ``splits=1``) it never splits.
     """
     if reqs is None:
         reqs = 2 if batch >= DECODE_PACK_MIN_BATCH else 1
     # Packed requests must fill at most one 16-row tile together, in a power-of-two count.
     reqs = _pow2_at_most(max(1, min(reqs, 16 // group if group <= 16 else 1)))
     block_m = max(16, _pow2_at_least(reqs * group))
+    if splits is None:
+        known = num_kv_heads is not None and cartridge_len is not None and reqs == 1
+        splits = decode_splits(batch, num_kv_heads, cartridge_len + max_live) if known else 1  # type: ignore[operator]
+    if splits > 1:
+        # Each program owns a few tiles of one request: plain 128-key tiles, shallow pipelining.
+        return KernelConfig(
+            block_m=block_m,
+            block_n=block_n or 128,
+            reqs_per_program=1,
+            num_warps=num_warps or 4,
+            num_stages=num_stages or 2,
+            splits=splits,
+        )
     # A tiny grid with long suffixes: wider tiles put more bytes in flight per program.
     wide = reqs == 1 and batch <= DECODE_WIDE_MAX_BATCH and max_live >= DECODE_WIDE_MIN_LIVE
     if block_n is None:

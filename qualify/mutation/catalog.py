@@ -22,6 +22,7 @@ Category = Literal[
     "dtype",
     "strides",
     "tile-counts",
+    "split-decode",
     "dispatch",
 ]
 

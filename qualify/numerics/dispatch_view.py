@@ -22,7 +22,10 @@ def describe_cell(params: KernelNumericsParams) -> str:
     group = params.num_qo_heads // params.num_kv_heads
     lives = params.batch.live_lens
     if params.phase == "decode":
-        c = K.decode_config(group, params.head_dim, len(lives), max(lives))
+        c = K.decode_config(
+            group, params.head_dim, len(lives), max(lives), num_kv_heads=params.num_kv_heads,
+            cartridge_len=params.cartridge.length,
+        )  # fmt: skip
         where = f"batch {len(lives)}, max live {max(lives)}"
     else:
         tokens = sum(params.batch.q_lens or [])

@@ -45,6 +45,13 @@ def _group(fields: dict[str, Any]) -> tuple[int, int, str]:
     return heads // kv, int(fields["head_dim"]), str(fields["phase"])
 
 
+def _cartridge_len(fields: dict[str, Any]) -> int:
+    cart = fields.get("cartridge")
+    if not isinstance(cart, dict) or not isinstance(cart.get("length"), int):
+        raise ValueError("an envelope gate sets its cartridge (with a length) itself: decode splits depend on it")
+    return int(cart["length"])
+
+
 def envelope_axes(fields: dict[str, Any]) -> dict[str, list[Any]]:
     """The generated `batch` axis of a gate with `envelope:` (none without one). ValueError says what is wrong."""
     if fields.get("envelope") is None:
@@ -56,7 +63,8 @@ def envelope_axes(fields: dict[str, Any]) -> dict[str, list[Any]]:
     rng = random.Random(env.seed)
     cells: dict[str, dict[str, Any]] = {}
     if phase == "decode":
-        for region in decode_regions(group, head_dim, env.max_batch, env.max_live):
+        kv, cart = int(fields["num_kv_heads"]), _cartridge_len(fields)
+        for region in decode_regions(group, head_dim, env.max_batch, env.max_live, kv, cart):
             assert region.batch is not None and region.max_live is not None
             b0, b1 = region.batch
             for batch in sorted({b0, min(b0 + 1, b1), b1}):

@@ -32,12 +32,17 @@ def run_fused(pr: Any) -> tuple[torch.Tensor, Any]:
 
     attn = CartridgeAttention()
     attn.plan(*pr.page_table(), device=pr.q.device, **pr.plan_kwargs())
-    # Poisoned: an element the kernel fails to write stays NaN and fails the cell.
+    return launch(attn, pr), attn
+
+
+def launch(attn: Any, pr: Any) -> torch.Tensor:
+    """One launch of a planned wrapper into a NaN-poisoned output: an element the kernel fails to write stays
+    NaN and fails the cell."""
     out = torch.full_like(pr.q, float("nan"))
     attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, out=out, **pr.run_kwargs())
     if pr.q.is_cuda:
         torch.cuda.synchronize()
-    return out, attn
+    return out
 
 
 def kernel_inputs() -> list[InputRef]:

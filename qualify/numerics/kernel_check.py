@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from qualify.numerics.fused import kernel_device, kernel_inputs, run_fused
+import torch
+
+from qualify.numerics.fused import kernel_device, kernel_inputs, launch, run_fused
 from qualify.numerics.inputs import build_problem, cell_seed, contract_violation, describe_cell
 from qualify.numerics.metrics import ErrorStats, OracleTie, tolerance_checks
 from qualify.numerics.oracle import (
@@ -19,7 +21,7 @@ from qualify.numerics.oracle import (
     want_second_oracle,
 )
 from qualify.numerics.rejection import LAYOUT_ERROR, expect_rejection, rejection_check
-from qualify.results import ItemOutcome
+from qualify.results import Check, ItemOutcome
 
 if TYPE_CHECKING:
     from qualify.compile import GateItem
@@ -51,9 +53,14 @@ def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -
     n_elems = 0
     second = want_second_oracle(p, device)
     tied: OracleTie | None = None
+    relaunch_diff = 0
     for seed in seeds:
         pr = build_problem(p, device, seed)
         out, attn = run_fused(pr)
+        # Serving runs one plan for every layer (and CUDA graphs replay it): a second launch of the same plan
+        # must write the same output, e.g. split decode must re-arm its arrival counters.
+        again = launch(attn, pr)
+        relaunch_diff += int((again.view(torch.int16) != out.view(torch.int16)).sum())  # bits: NaN too
         e = ErrorStats.between(out, fp32_reference(pr), p.rtol, p.atol)
         errors = e if errors is None else errors.worst(e)
         n_elems += out.numel()
@@ -84,6 +91,17 @@ def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -
     assert tied is not None
     m.update(rel_l2_f64=tied.kernel, oracle_rel_l2_f64=tied.oracle, oracle_f64=tied.oracle_name)
     outcome.checks.extend(tolerance_checks("", errors, p, n_elems))
+    outcome.checks.append(
+        Check(
+            name="a second launch of the same plan",
+            observed=float(relaunch_diff),
+            operator="<=",
+            threshold=0.0,
+            statistic="output elements whose bits differ from the first launch's (both outputs poisoned first)",
+            n=n_elems,
+        )
+    )
+    m["relaunch_mismatches"] = relaunch_diff
     outcome.checks.append(tied.check(n_elems))
     if oracle_errors is not None:
         # The NaN count is of the kernel's own output, already checked against the reference above.

@@ -17,16 +17,24 @@ def table():
     return dispatch_table(ENVELOPE)
 
 
-@pytest.mark.parametrize("group", K.SUPPORTED_GROUPS)
+@pytest.mark.parametrize("group", [1, 3, 4, 7, 16])
 @pytest.mark.parametrize("head_dim", K.SUPPORTED_HEAD_DIMS)
-def test_every_decode_input_is_in_one_region_with_the_heuristics_config(table, group: int, head_dim: int) -> None:
+@pytest.mark.parametrize("num_kv_heads", ENVELOPE.num_kv_heads)
+def test_every_decode_input_is_in_one_region_with_the_heuristics_config(
+    table, group: int, head_dim: int, num_kv_heads: int
+) -> None:
     regions = [r for r in table if r.mode == "decode" and (r.group, r.head_dim) == (group, head_dim)]
-    lives = sorted({*range(1, ENVELOPE.max_live + 1, 13), 511, 512, 513, ENVELOPE.max_live})
+    t_c = ENVELOPE.cartridge_lens[0]
+    # Around every length where a split count or the wide tiles can change, and a coarse grid between.
+    edges = {n + d for n in (511, 512, 256 - t_c, 1024 - t_c, 2048 - t_c) for d in (-1, 0, 1)}
+    lives = sorted({*range(1, ENVELOPE.max_live + 1, 37), *(n for n in edges if 1 <= n <= ENVELOPE.max_live)})
     for batch in range(1, ENVELOPE.max_batch + 1):
         for live in lives:
-            hits = [r for r in regions if r.contains(batch=batch, max_live=live)]
+            hits = [r for r in regions if r.contains(batch=batch, max_live=live, num_kv_heads=num_kv_heads,
+                                                     cartridge_len=t_c)]  # fmt: skip
             assert len(hits) == 1, (batch, live, hits)
-            assert hits[0].config == decode_config(group, head_dim, batch, live), (batch, live)
+            want = decode_config(group, head_dim, batch, live, num_kv_heads=num_kv_heads, cartridge_len=t_c)
+            assert hits[0].config == want, (batch, live)
 
 
 @pytest.mark.parametrize("group", K.SUPPORTED_GROUPS)
@@ -41,14 +49,20 @@ def test_every_prefill_input_is_in_one_region_with_the_heuristics_config(table, 
 
 
 def test_decode_regions_switch_where_the_heuristics_do(table) -> None:
-    g4 = sorted((r.batch, r.max_live, r.config.reqs_per_program, r.config.block_n) for r in table
-                if r.mode == "decode" and (r.group, r.head_dim) == (4, 128))  # fmt: skip
+    g4 = sorted((r.batch, r.max_live, r.config.reqs_per_program, r.config.splits) for r in table
+                if r.mode == "decode" and (r.group, r.head_dim, r.num_kv_heads) == (4, 128, 8))  # fmt: skip
+    # 8 KV heads and a 632-position cartridge: a grid of batch x 8 programs fills the 132 SMs from batch 17 on;
+    # below, each request splits into ranges of >= 128 keys, a power of two of them.
     assert g4 == [
-        ((1, 4), (1, 511), 1, 128),
-        ((1, 4), (512, 1100), 1, 256),  # a tiny grid with long suffixes takes wide tiles
-        ((5, 31), (1, 1100), 1, 128),
-        ((32, 80), (1, 1100), 2, 128),  # packing two requests per program from batch 32 on
+        ((1, 2), (1, 391), 1, 4),  # 633-1023 keys: at most 4 ranges of 128 (a power of two)
+        ((1, 2), (392, 1100), 1, 8),  # 1024 keys and more: 8
+        ((3, 5), (1, 1100), 1, 4),  # 24-40 programs: 4 splits fill the SMs (3-5 times as many)
+        ((6, 16), (1, 1100), 1, 2),
+        ((17, 31), (1, 1100), 1, 1),
+        ((32, 80), (1, 1100), 2, 1),  # packing two requests per program from batch 32 on
     ]
+    # Without the shape (the API planned with no head count), nothing splits and tiny grids keep wide tiles.
+    assert decode_config(4, 128, 2, 600).block_n == 256 and decode_config(4, 128, 2, 600).splits == 1
     packed = next(r for r in table if r.mode == "decode" and r.group == 4 and r.config.reqs_per_program == 2)
     assert {"batch": 32, "max_live": 1} in packed.edge_inputs()  # the batch where packing starts is an edge
     assert {"batch": 80, "max_live": 1100} in packed.edge_inputs()  # and the envelope's maximum

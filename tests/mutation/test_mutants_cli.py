@@ -50,6 +50,22 @@ gates:
     cartridge: {id: c16, length: 16, sink: true}
     batch: {id: b33, live_lens: [5, 1, 9, 17, 8, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3,
                                  3, 3, 3, 3, 3, 3]}
+  # 3 requests x 2 KV heads leave the SMs idle: the decode default splits each request's 16 + 600 keys 4 ways.
+  - id: small-split
+    kind: kernel_numerics
+    requires: [cpu, triton]
+    device: cpu
+    second_oracle: none
+    repeats: 1
+    phase: decode
+    num_qo_heads: 8
+    num_kv_heads: 2
+    head_dim: 64
+    page_size: 8
+    cartridge_v: fp8_e4m3
+    live_v: fp8_e4m3
+    cartridge: {id: c16, length: 16, sink: true}
+    batch: {id: b3, live_lens: [600, 1, 41]}
 """
 
 
@@ -78,8 +94,12 @@ def test_the_gate_kills_every_interpreter_mutant_and_the_report_is_signed(tmp_pa
     rows = {r["id"]: r for r in report["mutants"]}
     assert "packed-requests-see-each-other" in rows and len(rows) >= 6
     assert all(r["status"] == "killed" and r["killed_by"] for r in rows.values()), rows
-    # Only the two-per-program decode cell can see packed requests leak into each other.
+    # Only the two-per-program decode cell can see packed requests leak into each other, and only the split
+    # cell reaches the split decode's combine and its arrival counter (a second launch of one plan).
     assert rows["packed-requests-see-each-other"]["killed_by"][0]["item"] == "small-packed"
+    assert {rows[i]["killed_by"][0]["item"] for i in rows if i.startswith("split-")} == {"small-split"}
+    rearm = rows["split-counter-not-rearmed"]["killed_by"][0]["failed_checks"]
+    assert "a second launch of the same plan" in rearm
     children = sorted(p.name for p in (tmp_path / "out" / "run.children").glob("*.json"))
     assert children == sorted(["unmutated.json", *(f"{i}.json" for i in rows)])
     pub = tmp_path / "keys" / "signing-key.pub.pem"

@@ -24,8 +24,8 @@ def _items(gate_id: str) -> list:
 
 
 def _decode_config_of(item):
-    lives = item.params.batch.live_lens
-    return decode_config(32 // 8, item.params.head_dim, len(lives), max(lives))
+    lives, p = item.params.batch.live_lens, item.params
+    return decode_config(32 // 8, p.head_dim, len(lives), max(lives), num_kv_heads=8, cartridge_len=p.cartridge.length)
 
 
 def test_the_decode_envelope_reaches_every_decode_region_at_its_edges() -> None:
@@ -37,10 +37,11 @@ def test_the_decode_envelope_reaches_every_decode_region_at_its_edges() -> None:
         if r.mode == "decode"
     ]  # fmt: skip
     reached = {id(r) for r in regions for i in items
-               if r.contains(batch=len(i.params.batch.live_lens), max_live=max(i.params.batch.live_lens))}  # fmt: skip
+               if r.contains(batch=len(i.params.batch.live_lens), max_live=max(i.params.batch.live_lens),
+                             num_kv_heads=8, cartridge_len=632)}  # fmt: skip
     assert reached == {id(r) for r in regions}
-    configs = {(c.reqs_per_program, c.block_n) for c in map(_decode_config_of, items)}
-    assert configs == {(1, 128), (2, 128), (1, 256)}  # plain, packed and wide decode
+    configs = {(c.reqs_per_program, c.splits) for c in map(_decode_config_of, items)}
+    assert configs == {(1, 1), (2, 1), (1, 2), (1, 4), (1, 8), (1, 16)}  # plain, packed, and split 2 to 16 ways
 
 
 def test_envelope_batches_are_ragged_and_seeded() -> None:
@@ -112,5 +113,5 @@ def test_qualify_list_names_the_configuration_each_cell_dispatches(capsys: pytes
         "decode m16n128r2w4s3 g4 d128 p8 (batch 32, max live 1)" in lines["numerics-envelope-decode[bf16-edge-b32-l1]"]
     )
     assert "decode m16n128r1w4s3" in lines["numerics-envelope-decode[bf16-edge-b31-l1]"]
-    assert "decode m16n256r1w8s2" in lines["numerics-envelope-decode[bf16-edge-b4-l512]"]
+    assert "decode m16n128r1w4s2k16" in lines["numerics-envelope-decode[bf16-edge-b1-l4096]"]  # split 16 ways
     assert "must be rejected" in lines["numerics-extended[prefill-bf16-16-c632-ragged]"]

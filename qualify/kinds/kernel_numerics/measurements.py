@@ -49,3 +49,5 @@ class KernelNumericsMeasurements(MeasurementModel):
     rel_l2_f64: float | None = None
     oracle_rel_l2_f64: float | None = None
     oracle_f64: str | None = None
+    # Output elements whose bits differ between two launches of one plan (summed over repeats).
+    relaunch_mismatches: int | None = None
