@@ -13,58 +13,38 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
+# The small cells share one shape through `defaults`; each gate adds the batch that reaches one code path.
 GATE = """
 suite: numerics-mutation-small
 version: 1
+defaults:
+  requires: [cpu, triton]
+  device: cpu
+  second_oracle: none
+  repeats: 1
+  num_qo_heads: 8
+  num_kv_heads: 2
+  head_dim: 64
+  page_size: 8
+  cartridge_v: fp8_e4m3
+  live_v: fp8_e4m3
+  cartridge: {id: c16, length: 16, sink: true}
 gates:
   - id: small
     kind: kernel_numerics
-    requires: [cpu, triton]
-    device: cpu
-    second_oracle: none
-    repeats: 1
-    num_qo_heads: 8
-    num_kv_heads: 2
-    head_dim: 64
-    page_size: 8
-    cartridge_v: fp8_e4m3
-    live_v: fp8_e4m3
-    cartridge: {id: c16, length: 16, sink: true}
     matrix:
       phase: [prefill, decode]
     batch: {id: fresh, q_lens: [11, 24], live_lens: [11, 24]}
   # 33 requests: the decode default packs two per program, where the packing mutant shows.
   - id: small-packed
     kind: kernel_numerics
-    requires: [cpu, triton]
-    device: cpu
-    second_oracle: none
-    repeats: 1
     phase: decode
-    num_qo_heads: 8
-    num_kv_heads: 2
-    head_dim: 64
-    page_size: 8
-    cartridge_v: fp8_e4m3
-    live_v: fp8_e4m3
-    cartridge: {id: c16, length: 16, sink: true}
     batch: {id: b33, live_lens: [5, 1, 9, 17, 8, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3,
                                  3, 3, 3, 3, 3, 3]}
   # 3 requests x 2 KV heads leave the SMs idle: the decode default splits each request's 16 + 600 keys 4 ways.
   - id: small-split
     kind: kernel_numerics
-    requires: [cpu, triton]
-    device: cpu
-    second_oracle: none
-    repeats: 1
     phase: decode
-    num_qo_heads: 8
-    num_kv_heads: 2
-    head_dim: 64
-    page_size: 8
-    cartridge_v: fp8_e4m3
-    live_v: fp8_e4m3
-    cartridge: {id: c16, length: 16, sink: true}
     batch: {id: b3, live_lens: [600, 1, 41]}
 """
 
@@ -118,6 +98,7 @@ def test_the_gate_kills_every_interpreter_mutant_and_the_report_is_signed(tmp_pa
 def _catalog(tmp_path: Path, mutants: str) -> Path:
     (tmp_path / "kernels").symlink_to(ROOT / "kernels", target_is_directory=True)
     one_cell = GATE.split("  # 33 requests")[0].replace("phase: [prefill, decode]", "phase: [decode]")
+    assert "small-packed" not in one_cell and "phase: [decode]" in one_cell
     (tmp_path / "gate.yaml").write_text(one_cell)
     (tmp_path / "mutants").mkdir()
     path = tmp_path / "mutants" / "c.yaml"
