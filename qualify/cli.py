@@ -24,6 +24,7 @@ from qualify.errors import GateFileError, QualifyError
 from qualify.failure import format_table
 from qualify.mutation.cli import add_parser as add_mutants_parser
 from qualify.registry import default_registry
+from qualify.shards.cli import add_parser as add_merge_parser
 
 if TYPE_CHECKING:
     import pytest
@@ -197,6 +198,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         pytest_args += ["--qualify-name", args.name]
     if args.baseline:
         pytest_args += ["--qualify-baseline", args.baseline]
+    if args.shard:
+        pytest_args += ["--qualify-shard", args.shard]
+    if args.shard_durations:
+        pytest_args += ["--qualify-shard-durations", args.shard_durations]
     pytest_args += ["--qualify-seed", str(args.seed), *args.pytest_args]
     capture = _Capture()
     code = pytest.main(pytest_args, plugins=[capture])
@@ -424,6 +429,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--baseline", metavar="PATH.dsse.json", help="signed report of the last release to compare against"
     )
+    run.add_argument("--shard", metavar="K/N", help="run shard K of N of the compiled items (a shard report)")
+    run.add_argument(
+        "--shard-durations", metavar="REPORT.json", help="balance the shards by a previous report's item durations"
+    )
     run.add_argument(
         "--benchmark-json",
         type=Path,
@@ -433,6 +442,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=cmd_run)
 
     add_mutants_parser(sub)
+    add_merge_parser(sub)
 
     lint = sub.add_parser("lint", help="validate gate files (exit 2 on any error)")
     lint.add_argument("files", nargs="*")

@@ -24,6 +24,7 @@ from qualify.progress import ItemProgress
 from qualify.registry import default_registry
 from qualify.results import ItemOutcome, ItemResult, Status, Verdict
 from qualify.session import SessionState
+from qualify.shard_plan import SHARD_REASON, ShardPlan, ShardSpec
 
 STATE_KEY = pytest.StashKey[SessionState]()
 
@@ -44,6 +45,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--qualify-seed", type=int, default=0, help="seed for every random input (default 0)")
     group.addoption("--qualify-baseline", metavar="PATH", help="signed report (.dsse.json) to compare against")
     group.addoption("--qualify-traceback", action="store_true", help="show Python tracebacks instead of gate reports")
+    group.addoption("--qualify-shard", metavar="K/N", help="run only shard K of N of the compiled items")
+    group.addoption(
+        "--qualify-shard-durations", metavar="REPORT.json", help="balance the shards by this report's item durations"
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -55,6 +60,10 @@ def pytest_configure(config: pytest.Config) -> None:
             "pass --qualify-sign-key PATH or set QUALIFY_SIGNING_KEY"
         )
     out = opt.qualify_out
+    try:
+        shard = ShardSpec.parse(opt.qualify_shard) if opt.qualify_shard else None
+    except QualifyError as exc:
+        raise pytest.UsageError(exc.diagnostics()) from None
     config.stash[STATE_KEY] = SessionState(
         registry=default_registry(),
         started_at=datetime.now(UTC),
@@ -66,7 +75,16 @@ def pytest_configure(config: pytest.Config) -> None:
         non_release=bool(opt.qualify_non_release),
         seed=int(opt.qualify_seed),
         baseline=Path(opt.qualify_baseline) if opt.qualify_baseline else None,
+        shard=shard,
+        shard_durations=Path(opt.qualify_shard_durations) if opt.qualify_shard_durations else None,
     )
+    if opt.qualify_shard_durations and not opt.qualify_shard:
+        raise pytest.UsageError("--qualify-shard-durations balances shards: give --qualify-shard K/N too")
+    if opt.qualify_strict and opt.qualify_shard:
+        raise pytest.UsageError(
+            "--qualify-strict is a release run and a shard is part of one: run the shards without it and "
+            "`qualify merge --strict` them"
+        )
     config.addinivalue_line("markers", "gate(kind): a compiled cartridge-qualify gate item")
     selection = deselection_options(config)
     if opt.qualify_strict and selection:
@@ -84,17 +102,39 @@ def deselection_options(config: pytest.Config) -> list[str]:
     return out
 
 
+# First, before `-k`/`-m` deselect: every shard then records another shard's items as that shard's, whatever it selects.
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """With --qualify-shard K/N, keep this shard's gate items and deselect the others (recorded as such)."""
+    state = config.stash[STATE_KEY]
+    if state.shard is None:
+        return
+    gates = [i for i in items if isinstance(i, GateTestItem)]
+    # Every compiled item takes part in the assignment, also one `-k` dropped, so shards agree whatever they select.
+    names = [g.name for c in state.compiled for g in c.items]
+    try:
+        state.shard_plan = ShardPlan.make(state.shard, names, state.shard_durations)
+    except QualifyError as exc:
+        raise pytest.UsageError(exc.diagnostics()) from None
+    other = [i for i in gates if not state.shard_plan.owns(i.gate_item.name)]
+    if other:
+        config.hook.pytest_deselected(items=other)
+        items[:] = [i for i in items if i not in other]
+
+
 def pytest_deselected(items: list[pytest.Item]) -> None:
     """Record each deselected gate item: it was compiled but not shown, so the run cannot be a PASS."""
     for item in items:
         if not isinstance(item, GateTestItem):
             continue
         state = item.config.stash[STATE_KEY]
-        selection = deselection_options(item.config) or ["a pytest option"]
         g = item.gate_item
-        state.results.append(
-            _item_result(item.nodeid, g, Status.DESELECTED, reason="deselected by " + " ".join(selection))
-        )
+        plan = state.shard_plan
+        if plan is not None and not plan.owns(g.name):
+            reason = f"{SHARD_REASON} {plan.assignment[g.name]}/{plan.spec.count}"
+        else:
+            reason = "deselected by " + " ".join(deselection_options(item.config) or ["a pytest option"])
+        state.results.append(_item_result(item.nodeid, g, Status.DESELECTED, reason=reason))
 
 
 def _item_result(nodeid: str, g: GateItem, status: Status, reason: str | None = None) -> ItemResult:

@@ -15,6 +15,7 @@ from qualify.coverage import CoverageRow, specialization_coverage, unqualified
 from qualify.host import HostCapabilities, detect_host
 from qualify.registry import GateKindRegistry
 from qualify.results import ItemResult, Verdict, verdict
+from qualify.shard_plan import ShardPlan, ShardSpec
 
 
 @dataclass
@@ -31,6 +32,9 @@ class SessionState:
     non_release: bool
     seed: int
     baseline: Path | None
+    shard: ShardSpec | None = None
+    shard_durations: Path | None = None
+    shard_plan: ShardPlan | None = None
     _host: HostCapabilities | None = None
     _context: RunContext | None = None
     compiled: list[CompiledFile] = field(default_factory=list)

@@ -85,4 +85,5 @@ def build_report(
             for i in collect_inputs(state)
         ],
         "provenance": provenance,
+        **({"shard": state.shard_plan.to_report()} if state.shard_plan is not None else {}),
     }

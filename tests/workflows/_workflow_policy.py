@@ -84,6 +84,23 @@ def unpinned_uses(text: str) -> list[str]:
     ]
 
 
+def _needs(job: dict[str, Any]) -> list[str]:
+    needs = job.get("needs") or []
+    return [needs] if isinstance(needs, str) else list(needs)
+
+
+def _upstream(jobs: dict[str, Any], name: str) -> set[str]:
+    """Every job `name` depends on, directly or through others (a merge job between a PR job and attest counts)."""
+    seen: set[str] = set()
+    todo = _needs(jobs.get(name) or {})
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo += _needs(jobs.get(n) or {})
+    return seen
+
+
 def problems(workflow: dict[str, Any], text: str | None = None) -> list[str]:
     """Every rule the workflow breaks, as readable lines; empty means it passes. `text` adds the pin check."""
     out = [f"action not pinned to a full commit SHA with its tag as a comment: {u}" for u in unpinned_uses(text or "")]
@@ -108,8 +125,7 @@ def problems(workflow: dict[str, Any], text: str | None = None) -> list[str]:
         uses_attest = any(str(s.get("uses", "")).startswith("actions/attest") for s in steps)
         if writes & _OIDC and not uses_attest:
             out.append(f"job {name}: holds {sorted(writes & _OIDC)} but does not attest")
-        needs = job.get("needs") or []
-        needs = [needs] if isinstance(needs, str) else list(needs)
+        needs = sorted(_upstream(jobs, name))  # what this job consumes, also through the jobs between
         if name in pr_jobs and (holds_secret or writes):
             out.append(f"job {name}: can run pull-request code and holds a secret or write/OIDC permission")
         if (holds_secret or writes & _OIDC) and set(needs) & pr_jobs:

@@ -86,7 +86,7 @@ def test_gpu_workflow_shape() -> None:
     assert wf["concurrency"]["group"] == "gpu-qualify-${{ github.ref }}"
     assert "secrets." not in str(wf)  # keyless: no long-lived signing key anywhere
     jobs = wf["jobs"]
-    assert set(jobs) == {"pr-gpu-tests", "qualify", "attest"}
+    assert set(jobs) == {"pr-gpu-tests", "qualify", "merge", "attest"}
 
     pr = jobs["pr-gpu-tests"]
     assert pr["runs-on"] == GPU_LABELS and pr["permissions"] == {"contents": "read"}
@@ -95,23 +95,36 @@ def test_gpu_workflow_shape() -> None:
     pr_runs = "\n".join(_steps_run(pr))
     assert "nox -s gpu" in pr_runs and "--strict" not in pr_runs and "QUALIFY_SIGNING_KEY" not in pr_runs
 
+    # A matrix of shards on the SM90 runners, each signing its shard report with its own per-run key ...
     job = jobs["qualify"]
     assert job["runs-on"] == GPU_LABELS and job["permissions"] == {"contents": "read"}
     assert job["environment"] == "gpu-release" and job["if"] == "github.event_name != 'pull_request'"
+    shards = job["strategy"]["matrix"]["shard"]
+    assert shards == list(range(1, int(job["env"]["SHARDS"]) + 1)) and job["strategy"]["fail-fast"] is False
     runs = _steps_run(job)
     gpu = next(i for i, r in enumerate(runs) if "nox -s gpu" in r)
     key = next(i for i, r in enumerate(runs) if "keygen" in r)
-    strict = next(i for i, r in enumerate(runs) if "nox -s qualify -- --strict" in r)
-    assert gpu < key < strict and 'rm -rf "$RUNNER_TEMP/run-key"' in runs[-1]
+    shard = next(i for i, r in enumerate(runs) if 'nox -s qualify -- --shard "$SHARD/$SHARDS"' in r)
+    assert gpu < key < shard and 'rm -rf "$RUNNER_TEMP/run-key"' in runs[-1]
+    assert "--strict" not in runs[shard]  # a shard is part of a release run; the merge is strict
     assert job["steps"][-1]["if"] == "${{ always() }}"
     uploaded = next(s for s in job["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
-    paths = uploaded["with"]["path"]
-    assert "outputs.envelope }}" in paths and "outputs.run_key }}" in paths and "signoff.html" in paths
+    assert uploaded["with"]["name"] == "shard-${{ matrix.shard }}" and "RUNNER_TEMP" not in uploaded["with"]["path"]
+
+    # ... and one strict merge of them, on a GitHub-hosted runner with read access only.
+    merge = jobs["merge"]
+    assert merge["needs"] == "qualify" and merge["runs-on"] == "ubuntu-latest"
+    assert merge["permissions"] == {"contents": "read"}
+    merge_runs = "\n".join(_steps_run(merge))
+    assert "qualify merge shards/shard-*.dsse.json" in merge_runs and "--strict" in merge_runs
+    assert '--format md >> "$GITHUB_STEP_SUMMARY"' in merge_runs and 'rm -rf "$RUNNER_TEMP/run-key"' in merge_runs
+    merged = next(s for s in merge["steps"] if str(s.get("uses", "")).startswith("actions/upload-artifact"))
+    paths = merged["with"]["path"]
+    assert "qualification.dsse.json" in paths and "qualification.run-key.pub.pem" in paths and "shards/" in paths
     assert "RUNNER_TEMP" not in paths  # the per-run private key stays on the runner
-    assert '--format md >> "$GITHUB_STEP_SUMMARY"' in "\n".join(runs)
 
     attest_job = jobs["attest"]
-    assert attest_job["runs-on"] == "ubuntu-latest" and attest_job["needs"] == "qualify"
+    assert attest_job["runs-on"] == "ubuntu-latest" and attest_job["needs"] == "merge"
     assert attest_job["permissions"] == {"id-token": "write", "attestations": "write"}
     assert not any("run" in s or str(s.get("uses", "")).startswith("actions/checkout") for s in attest_job["steps"])
     attest = next(s for s in attest_job["steps"] if str(s.get("uses", "")).startswith("actions/attest"))
