@@ -49,8 +49,8 @@ numerics)
   ;;
 mutants)
   {
-    bash .vllm/stage.sh 1 >/dev/null 2>&1 &
-    stager=$!
+    stager=""
+    if [[ -f .vllm/stage.sh && -e .vllm/1 ]]; then bash .vllm/stage.sh 1 >/dev/null 2>&1 & stager=$!; fi
     source .gpu/setup.sh >/dev/null
     install; keys
     rm -rf "$WORK/mutation"
@@ -59,7 +59,7 @@ mutants)
       mutation/cartridge_attn.yaml --jobs 8 --timeout-s 420 --out "$WORK/mutation" --name mutation-h200 \
       --sign-key "$WORK/keys/signing-key.pem"
     echo "exit $?"
-    wait $stager; echo "vllm part 1 staged: exit $?"
+    [[ -z $stager ]] || { wait "$stager"; echo "vllm part 1 staged: exit $?"; }
   } 2>&1 | tee "$OUT/mutants.log"
   tar -C "$WORK" -czf "$OUT/mutation.tar.gz" mutation keys/signing-key.pub.pem 2>/dev/null
   ;;

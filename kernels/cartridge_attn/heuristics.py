@@ -65,10 +65,10 @@ class KernelConfig:
 DECODE_PACK_MIN_BATCH = 32  # from this batch on, decode packs 2 requests per program
 DECODE_WIDE_MAX_BATCH = 4  # up to this batch ...
 DECODE_WIDE_MIN_LIVE = 512  # ... and from this live length on, unpacked decode uses wide tiles
-PREFILL_GRID_SMS = 132  # fewer 128-row tiles x KV heads than the H200's SMs: prefill drops to 64-row tiles
-GPU_SMS = 132  # decode splits each (request, KV head) while batch x H_kv programs leave SMs idle ...
+GPU_SMS = 132  # the H200's SMs: decode splits each (request, KV head) while batch x H_kv programs leave some idle ...
 DECODE_SPLIT_KEYS = 128  # ... into ranges of at least this many cartridge + live keys ...
 DECODE_SPLIT_MAX = 16  # ... at most this many, a power of two
+PREFILL_GRID_SMS = GPU_SMS  # fewer 128-row tiles x KV heads than this: prefill drops to 64-row tiles
 
 
 def _pow2_at_least(x: int) -> int:
@@ -116,16 +116,17 @@ def decode_config(
     reqs = _pow2_at_most(max(1, min(reqs, 16 // group if group <= 16 else 1)))
     block_m = max(16, _pow2_at_least(reqs * group))
     if splits is None:
-        known = num_kv_heads is not None and cartridge_len is not None and reqs == 1
-        splits = decode_splits(batch, num_kv_heads, cartridge_len + max_live) if known else 1  # type: ignore[operator]
+        splits = 1
+        if num_kv_heads is not None and cartridge_len is not None and reqs == 1:
+            splits = decode_splits(batch, num_kv_heads, cartridge_len + max_live)
     if splits > 1:
         # Each program owns a few tiles of one request: plain 128-key tiles, shallow pipelining.
         return KernelConfig(
             block_m=block_m,
-            block_n=block_n or 128,
+            block_n=block_n if block_n is not None else 128,
             reqs_per_program=1,
-            num_warps=num_warps or 4,
-            num_stages=num_stages or 2,
+            num_warps=num_warps if num_warps is not None else 4,
+            num_stages=num_stages if num_stages is not None else 2,
             splits=splits,
         )
     # A tiny grid with long suffixes: wider tiles put more bytes in flight per program.

@@ -22,7 +22,8 @@ from qualify.hashing import sha256_file
 from qualify.mutation.catalog import LoadedCatalog, Mutant, load_catalog
 from qualify.mutation.execute import ChildRun, run_child
 from qualify.mutation.materialize import materialize, tree_sha256
-from qualify.mutation.report import build_mutation_report, markdown_table, mutant_row, relative
+from qualify.mutation.report import build_mutation_report, markdown_table, mutant_row
+from qualify.report.paths import as_reported
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INCOMPLETE, EXIT_INTERNAL = 0, 1, 2, 3, 4
 BASELINE_NAME = "unmutated"
@@ -112,7 +113,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         print(f"{args.catalog}: {detail}", file=sys.stderr)
         return EXIT_USAGE
     cwd = Path.cwd()
-    print(f"{len(mutants)} mutants of {loaded.catalog.target} against {', '.join(relative(g, cwd) for g in gates)}")
+    against = ", ".join(as_reported(str(g), cwd) for g in gates)
+    print(f"{len(mutants)} mutants of {loaded.catalog.target} against {against}")
     # The unmutated copy runs beside the mutants rather than first: its verdict decides the report's, and a
     # release host's time is better spent running all of them at once.
     runs: dict[str, tuple[ChildRun, str | None]] = {}
@@ -134,13 +136,13 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     report = build_mutation_report(
         loaded,
         target_tree_sha256=tree_sha256(target),
-        gate_files=[(relative(g, cwd), sha256_file(g)) for g in gates],
+        gate_files=[(as_reported(str(g), cwd), sha256_file(g)) for g in gates],
         baseline=baseline,
         rows=rows,
         seed=args.seed,
         stop_at_first_failure=not args.all_items,
         provenance=provenance,
-        catalog_path=relative(Path(args.catalog), cwd),
+        catalog_path=as_reported(args.catalog, cwd),
     )
     report_path, envelope_path = out / f"{name}.json", out / f"{name}.dsse.json"
     try:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from qualify import __version__
@@ -117,10 +116,3 @@ def markdown_table(report: dict[str, Any]) -> str:
         first = r["killed_by"][0]["item"] if r["killed_by"] else (r["reason"][:60] or "-")
         lines.append(f"| {r['id']} | {r['category']} | {r['status']} | {first} | {r['wall_s']} |")
     return "\n".join(lines) + "\n"
-
-
-def relative(path: Path, root: Path) -> str:
-    try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
-    except ValueError:
-        return str(path)

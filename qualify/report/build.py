@@ -29,9 +29,12 @@ def collect_inputs(state: SessionState) -> list[InputRef]:
     return sorted(seen.values(), key=lambda i: (i.role, i.path))
 
 
+NON_RELEASE_REASON = "marked non-release (development key or --non-release)"
+
+
 def release_status(state: SessionState, signed: bool) -> dict[str, Any]:
     if state.non_release:
-        return {"is_release": False, "reason": "marked non-release (development key or --non-release)"}
+        return {"is_release": False, "reason": NON_RELEASE_REASON}
     if not state.strict:
         return {"is_release": False, "reason": "not a --strict run"}
     if not signed:

@@ -18,9 +18,9 @@ from typing import Any
 from qualify.errors import QualifyError
 from qualify.hashing import sha256_file
 from qualify.render.view import computed_verdict, coverage_rows
+from qualify.report.build import NON_RELEASE_REASON
+from qualify.results import Status
 from qualify.shard_plan import SHARD_REASON
-
-STATUSES = ("passed", "failed", "skipped", "error", "deselected", "incomplete")
 
 
 class ShardMergeError(QualifyError):
@@ -123,7 +123,7 @@ def merge_reports(
         "provenance": provenance,
     }
     counts = Counter(i.get("status") for i in items)
-    merged["counts"] = {**{k: counts.get(k, 0) for k in STATUSES}, "total": len(items)}
+    merged["counts"] = {**{s.value: counts.get(s.value, 0) for s in Status}, "total": len(items)}
     rows = coverage_rows(merged)
     merged["coverage"] = {
         "rows": [{"specialization": k, "qualified_by": q, "dispatched_by": d} for k, q, d in rows],
@@ -151,9 +151,9 @@ def merge_reports(
 
 def _release(shards: list[Shard], *, strict: bool, signed: bool, non_release: bool) -> dict[str, Any]:
     # Shards never run --strict (a shard is part of a release run); the merge decides, as `qualify run` does.
-    marked = [s for s in shards if str((s.report.get("release") or {}).get("reason", "")).startswith("marked non")]
+    marked = [s for s in shards if (s.report.get("release") or {}).get("reason") == NON_RELEASE_REASON]
     if non_release or marked:
-        return {"is_release": False, "reason": "marked non-release (development key or --non-release)"}
+        return {"is_release": False, "reason": NON_RELEASE_REASON}
     if not strict:
         return {"is_release": False, "reason": "not a --strict merge"}
     if not signed:

@@ -9,10 +9,12 @@ Shapes are tiny so that the file runs in about a minute on two cores under the i
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
-from _cartridge_attn_check import assert_matches, run_fused
-from cartridge_attn import decode_config, kernel_identity, prefill_config, random_problem
+from _cartridge_attn_check import Outcome, assert_matches, run_fused
+from cartridge_attn import AttentionProblem, decode_config, kernel_identity, prefill_config, random_problem
 
 
 @pytest.mark.parametrize("reqs", [1, 2, 4])
@@ -124,7 +126,7 @@ def test_split_decode_combines_every_range_exactly_and_rearms(splits: int, kerne
     assert torch.equal(again.view(torch.int16), first.out.view(torch.int16))
 
 
-def launch_again(o, pr):  # type: ignore[no-untyped-def]
+def launch_again(o: Outcome, pr: AttentionProblem) -> torch.Tensor:
     out = torch.full_like(pr.q, float("nan"))
     o.attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, out=out, **pr.run_kwargs())
     return out
@@ -134,8 +136,7 @@ def test_packed_decode_does_not_split(kernel_device: torch.device) -> None:
     from cartridge_attn import CartridgeAttention, UnsupportedLayoutError
 
     pr = random_problem([1] * 3, [3, 9, 2], num_qo_heads=8, num_kv_heads=2, cartridge_len=16, device=kernel_device)
-    bad = decode_config(4, 64, 3, 9, reqs=2, block_n=32)
-    bad = type(bad)(**{**bad.as_dict(), "splits": 2})
+    bad = dataclasses.replace(decode_config(4, 64, 3, 9, reqs=2, block_n=32), splits=2)
     with pytest.raises(UnsupportedLayoutError, match="splits"):
         CartridgeAttention().plan(*pr.page_table(), mode="decode", config=bad, device=pr.q.device, **pr.plan_kwargs())
 
