@@ -294,7 +294,8 @@ def cmd_serve_agreement(args: argparse.Namespace) -> int:
 
     if args.step == "generate":
         e2e.generate(args.layout, args.out, prompts=args.prompts, question_len=args.question_len,
-                     max_tokens=args.max_tokens, cartridge_len=args.cartridge_len, seed=args.seed)  # fmt: skip
+                     max_tokens=args.max_tokens, cartridge_len=args.cartridge_len, seed=args.seed,
+                     eager=args.eager)  # fmt: skip
         return EXIT_OK
     return e2e.compare_command(
         args.reference, args.candidate, tie_eps=args.tie_eps, logprob_tolerance=args.logprob_tolerance
@@ -368,6 +369,7 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     gen.add_argument("--max-tokens", type=int, default=32)
     gen.add_argument("--cartridge-len", type=int, default=632)
     gen.add_argument("--seed", type=int, default=1234)
+    gen.add_argument("--eager", action="store_true", help="eager mode (default: torch.compile with CUDA graphs)")
     cmp = steps.add_parser("compare", help="token identity (or a log-prob tolerance); exit 1 when it fails")
     cmp.add_argument("reference", type=Path)
     cmp.add_argument("candidate", type=Path)
@@ -376,7 +378,7 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     agree.set_defaults(func=cmd_serve_agreement)
 
     summary = sub.add_parser("serve-summary", help="the engine-level table of a folder of per-layout engine runs")
-    summary.add_argument("runs_dir", type=Path, metavar="RUNS_DIR", help="one <layout>.json per layout")
+    summary.add_argument("runs_dir", type=Path, metavar="RUNS_DIR", help="<layout>.p<process>.json files")
     summary.add_argument("--out", type=Path, help="also write the table's rows as JSON")
     summary.set_defaults(func=cmd_serve_summary)
 

@@ -19,25 +19,7 @@ mkdir -p "$OUT"
 step=${1:?usage: gpu_serve.sh stage N | checks | engine | accuracy}
 WORK=/tmp/serve-work
 mkdir -p "$WORK"
-log() { echo "=== $(date +%T) $*"; }
-
-vllm_env() {
-  source .vllm/setup.sh || return 1
-  # vLLM finds its general plugin, and qualify its gate kinds, through the project's entry points: install the
-  # project (editable, no dependencies: the host cannot download) so that both come from pyproject.toml.
-  python3 -m pip show -q cartridge-qualify >/dev/null 2>&1 ||
-    python3 -m pip install -q --no-build-isolation --no-deps -e . -e tests/plugins/qualify_fake_kind || return 1
-  # Signing needs cryptography, which the image lacks: reuse the copy the perf calls unpacked from .gpu/wheels
-  # (not the whole /tmp/gpu-site: its FlashInfer is not the version this vLLM expects).
-  if [[ -d /tmp/gpu-site/cryptography && ! -d /tmp/sign-site/cryptography ]]; then
-    mkdir -p /tmp/sign-site
-    (cd /tmp/gpu-site && cp -r cryptography cryptography-*.dist-info cffi cffi-*.dist-info _cffi_backend*.so \
-      pycparser pycparser-*.dist-info /tmp/sign-site/ 2>/dev/null)
-  fi
-  export PYTHONPATH="$PYTHONPATH:/tmp/sign-site"
-}
-
-qualify() { python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' "$@"; }
+source scripts/gpu_lib.sh
 
 case $step in
 stage)
@@ -67,12 +49,7 @@ checks)
   ;;
 engine)
   vllm_env >/dev/null 2>&1
-  pid=$(cat "$WORK/engine.pid" 2>/dev/null)
-  for _ in $(seq 1 ${ENGINE_WAIT_S:-560}); do
-    [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || break
-    sleep 1
-  done
-  if [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null; then echo "engine gate still running"; fi
+  wait_for "$WORK/engine.pid" "${ENGINE_WAIT_S:-560}" || echo "engine gate still running"
   tail -40 "$WORK/engine.log"
   qualify serve-summary "$WORK/engine_runs" --out "$WORK/engine_summary.json" | tee "$WORK/engine_summary.md"
   cp "$WORK/engine.log" "$WORK/engine_summary.md" "$OUT/" 2>/dev/null

@@ -18,12 +18,7 @@ step=${1:?usage: gpu_ships.sh numerics | mutants | stage N | engine}
 WORK=/tmp/ships-work
 mkdir -p "$WORK"
 export PYTHONUNBUFFERED=1
-log() { echo "=== $(date +%T) $*"; }
-# Gate kinds are found through the project's entry points: install it (editable, no dependencies; no registry).
-install() { python3 -m pip show -q cartridge-qualify >/dev/null 2>&1 ||
-  python3 -m pip install -q --no-build-isolation --no-deps -e . -e tests/plugins/qualify_fake_kind; }
-qualify() { python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' "$@"; }
-keys() { [[ -f $WORK/keys/signing-key.pem ]] || qualify keygen --out "$WORK/keys" >/dev/null; }
+source scripts/gpu_lib.sh
 
 case $step in
 numerics)
@@ -69,15 +64,7 @@ stage)
 engine)
   {
     bash .vllm/stage.sh 3 || exit 1
-    source .vllm/setup.sh || exit 1
-    python3 -m pip show -q cartridge-qualify >/dev/null 2>&1 ||
-      python3 -m pip install -q --no-build-isolation --no-deps -e . -e tests/plugins/qualify_fake_kind || exit 1
-    if [[ -d /tmp/gpu-site/cryptography && ! -d /tmp/sign-site/cryptography ]]; then
-      mkdir -p /tmp/sign-site
-      (cd /tmp/gpu-site && cp -r cryptography cryptography-*.dist-info cffi cffi-*.dist-info _cffi_backend*.so \
-        pycparser pycparser-*.dist-info /tmp/sign-site/ 2>/dev/null)
-    fi
-    export PYTHONPATH="$PYTHONPATH:/tmp/sign-site"
+    vllm_env || exit 1
     keys
     rm -rf "$WORK/engine" "$WORK/engine_runs"
     log "numerics envelope cells + engine-shared-vs-inject (tokens/s) in one run (coverage)"

@@ -2,11 +2,13 @@
 
     python scripts/profile_step.py --layout shared-k16v8 --batch 64 --out DIR
 
-Builds the layout's engine (Qwen3-8B architecture, dummy weights, fixtures/qwen3_8b), sends two warm-up batches
-and three timed ones (cartridge + 64 question tokens, 32 generated), then one batch under the profiler. Prints and
-writes (DIR/<layout>-b<batch>.json): wall time, the summed GPU kernel time and its share of the wall time, and
-the operators with the most host time and the kernels with the most GPU time. The profiler adds host overhead
-of its own; compare layouts with each other, not with the unprofiled timings.
+Builds the layout's engine (Qwen3-8B architecture, dummy weights, fixtures/qwen3_8b) in vLLM's default mode
+(CUDA graphs for batches 1, 16 and 64; ``--eager`` for eager mode), sends two warm-up batches and three timed ones
+(cartridge + 64 question tokens, 32 generated), then one batch under the profiler. Prints and writes
+(DIR/<layout>-b<batch>[-eager].json): wall time, the summed GPU kernel time and its share of the wall time (the
+GPU busy fraction), kernel launches per generated token, the attention kernels' time per layer and token, and
+the operators with the most host time and the kernels with the most GPU time. The profiler adds host overhead of
+its own; compare layouts with each other, not with the unprofiled timings.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import statistics
 import tempfile
 import time
@@ -25,6 +28,9 @@ from qualify.serve.engine import build_llm, prompt_token_ids, random_questions, 
 from qualify.serve.layouts import layout as get_layout
 from qualify.serve.settings import EngineSettings
 
+# The attention kernels of the layouts: the fused kernel, FA3 (vLLM's flash_attn), and the KV-cache writes.
+ATTENTION_KERNEL = re.compile(r"cartridge_attn|_write_live_kv|flash::|FlashAttn|flash_fwd|reshape_and_cache")
+
 
 def main() -> int:
     ap = argparse.ArgumentParser()
@@ -34,9 +40,10 @@ def main() -> int:
     ap.add_argument("--gen", type=int, default=32)
     ap.add_argument("--cartridge-len", type=int, default=632)
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--eager", action="store_true")
     args = ap.parse_args()
     lay = get_layout(args.layout)
-    settings = EngineSettings()
+    settings = EngineSettings(enforce_eager=args.eager, cudagraph_capture_sizes=[1, 16, 64])
     vocab = int(settings.hf_config()["vocab_size"])
     rng = random.Random(7)
 
@@ -60,9 +67,18 @@ def main() -> int:
     gpu_us = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
     host = sorted(events, key=lambda e: -e.self_cpu_time_total)[:15]
     kernels = sorted((e for e in events if e.self_device_time_total > 0), key=lambda e: -e.self_device_time_total)[:15]
+    launches = sum(e.count for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+    attention = [e for e in events if e.self_device_time_total > 0 and ATTENTION_KERNEL.search(e.key)]
+    layers = int(settings.hf_config()["num_hidden_layers"])
+    attn_us = sum(e.self_device_time_total for e in attention)
     summary = {
         "layout": lay.name,
         "batch": args.batch,
+        "mode": "eager" if args.eager else "CUDA graphs",
+        "kernel_launches_per_token": launches / args.gen,
+        "attention_kernels": sorted({e.key[:80] for e in attention}),
+        # prefill included: one batch is one prefill step and gen - 1 decode steps
+        "attention_us_per_layer_per_step": attn_us / (layers * args.gen),
         "unprofiled_wall_ms": [t.wall_s * 1e3 for t in timed],
         "unprofiled_decode_step_ms": statistics.median(
             (t.wall_s - max(t.ttft_s)) / (args.gen - 1) * 1e3 for t in timed
@@ -78,10 +94,12 @@ def main() -> int:
         ],
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{lay.name}-b{args.batch}.json").write_text(json.dumps(summary, indent=1))
-    print(f"== {lay.name} b{args.batch}: unprofiled decode step {summary['unprofiled_decode_step_ms']:.1f} ms; "
+    name = f"{lay.name}-b{args.batch}{'-eager' if args.eager else ''}"
+    (args.out / f"{name}.json").write_text(json.dumps(summary, indent=1))
+    print(f"== {name}: unprofiled decode step {summary['unprofiled_decode_step_ms']:.1f} ms; "
           f"profiled wall {prof_wall * 1e3:.0f} ms, GPU kernels {gpu_us / 1e3:.0f} ms "
-          f"({summary['gpu_share_of_wall']:.0%})")  # fmt: skip
+          f"({summary['gpu_share_of_wall']:.0%}), {summary['kernel_launches_per_token']:.0f} launches per token, "
+          f"attention {summary['attention_us_per_layer_per_step']:.1f} us per layer and step")  # fmt: skip
     for row in summary["top_host_ops"][:10]:
         print(f"  host {row['self_cpu_ms']:8.1f} ms {row['calls']:6d}x  {row['name']}")
     for row in summary["top_gpu_kernels"][:8]:

@@ -5,6 +5,8 @@ Public API
 CartridgeAttention
     ``plan(...)`` validates and precomputes; ``run(q, ...)`` launches one kernel. ``plan_block_table(...)`` plans
     from a serving engine's block table in place (vLLM), without reading device memory on the host.
+DecodeWorkspace
+    Buffers allocated once per engine that plans take views of, so that CUDA graphs over ``run`` replay.
 write_live_kv
     Writes a step's new live K (BF16) and V (BF16 or FP8 E4M3) into paged caches of any stride, one launch.
 reference_attention
@@ -43,6 +45,7 @@ _EXPORTS = {
     "prefill_config": "heuristics",
     "CartridgeAttention": "api",
     "Plan": "api",
+    "DecodeWorkspace": "workspace",
     "write_live_kv": "cache_write",
     "CartridgeAttentionError": "errors",
     "NotPlannedError": "errors",
@@ -70,6 +73,7 @@ __all__ = [
     "CartridgeAttention",
     "CartridgeAttentionError",
     "CascadeLayout",
+    "DecodeWorkspace",
     "InjectionLayout",
     "KernelConfig",
     "NotPlannedError",

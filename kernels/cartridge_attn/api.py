@@ -16,6 +16,7 @@ import torch
 from . import _kernel as K
 from .errors import NotPlannedError, UnsupportedArchitectureError, UnsupportedLayoutError
 from .paging import split_combined_kv
+from .workspace import DecodeWorkspace
 
 __all__ = ["CartridgeAttention", "Plan"]
 
@@ -469,6 +470,7 @@ class CartridgeAttention:
         causal: bool = True,
         sm_scale: float | None = None,
         allow_unqualified_arch: bool = False,
+        workspace: DecodeWorkspace | None = None,
     ) -> Plan:
         """Plan from a serving engine's block table, without reading device memory on the host.
 
@@ -481,6 +483,15 @@ class CartridgeAttention:
 
         The engine guarantees that its block ids are valid pages; unlike :meth:`plan`, page numbers are
         not range-checked here (that would need the block table on the host).
+
+        A decode batch may end in padding requests, as a CUDA-graph replay of a larger batch gives them: query
+        length 0 and live length 0 (``seq_lens`` 0). Each is planned as a request of its own whose single
+        query row is its index, so the plan's query rows are the padded batch; the kernel attends such a row
+        over the cartridge alone and the engine discards it.
+
+        With ``workspace`` (allocated once for the engine's largest batch), the plan's split states, arrival
+        counters and page-list offsets are views of it: a CUDA graph captured over this plan's launch stays valid
+        for every later plan of the same batch size and configuration.
         """
         group, live_v_dtype = _check_static(
             num_qo_heads=num_qo_heads,
@@ -498,8 +509,16 @@ class CartridgeAttention:
         batch = len(query_lens)
         if batch < 1:
             raise UnsupportedLayoutError("query_lens", "at least one request", 0)
-        if any(n < 1 for n in query_lens):
-            raise UnsupportedLayoutError("query_lens", "every request has at least one query", query_lens)
+        real = len(query_lens)
+        while real > 0 and query_lens[real - 1] == 0:
+            real -= 1
+        padded = real < batch
+        if real == 0 or any(n < 1 for n in query_lens[:real]) or (padded and any(n != 1 for n in query_lens[:real])):
+            raise UnsupportedLayoutError(
+                "query_lens",
+                "at least one query per request (trailing padding requests of 0 queries only in a decode batch)",
+                list(query_lens),
+            )
         for name, t, shape in (("query_start_loc", query_start_loc, (batch + 1,)), ("seq_lens", seq_lens, (batch,))):
             if t.dtype != torch.int32 or t.dim() != 1 or t.shape[0] < shape[0]:
                 raise UnsupportedLayoutError(
@@ -513,6 +532,8 @@ class CartridgeAttention:
             )
         if block_table.stride(1) != 1:
             raise UnsupportedLayoutError("block_table innermost stride", 1, block_table.stride(1))
+        if workspace is not None:
+            workspace.check_batch(batch)
         dev = block_table.device
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())
@@ -520,7 +541,7 @@ class CartridgeAttention:
         bound = list(seq_lens_bound) if seq_lens_bound is not None else [max_seq_len] * batch
         if len(bound) != batch:
             raise UnsupportedLayoutError("seq_lens_bound", f"{batch} entries (one per request)", len(bound))
-        mode = "decode" if all(n == 1 for n in query_lens) else "prefill"
+        mode = "decode" if padded or all(n == 1 for n in query_lens) else "prefill"
         if mode == "decode":
             config = K.decode_config(
                 group, head_dim, batch, max_seq_len, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len
@@ -530,27 +551,36 @@ class CartridgeAttention:
         self._check_config(config, mode, group)
         i32 = {"dtype": torch.int32, "device": dev}
         row = block_table.stride(0)
+        if workspace is not None and workspace.device != dev:
+            raise UnsupportedLayoutError("workspace device", str(dev), str(workspace.device))
         tensors = {
             "qo_indptr": query_start_loc[: batch + 1],
-            "kv_indptr": torch.arange(0, (batch + 1) * row, row, **i32),
+            "kv_indptr": (
+                workspace.row_starts(row, batch)
+                if workspace is not None
+                else torch.arange(0, (batch + 1) * row, row, **i32)
+            ),
             # Row b of the table is request b's page list, read in place through kv_indptr[b] = b * row.
             "kv_indices": block_table.as_strided(((batch - 1) * row + block_table.shape[1],), (1,)),
             "kv_len": seq_lens[:batch],
         }
         if mode == "decode":
             n_prog = -(-batch // config.reqs_per_program) * config.splits
-            tensors["tile_req"] = torch.zeros(1, **i32)
-            tensors["tile_row"] = torch.zeros(1, **i32)
+            unused = workspace.unused if workspace is not None else torch.zeros(1, **i32)
+            tensors["tile_req"] = tensors["tile_row"] = unused
         else:
             tile_req, tile_row = _prefill_tiles(list(query_lens), bound, group, config.block_m, cartridge_len, causal)
             tensors["tile_req"] = tile_req.to(**i32, non_blocking=True)
             tensors["tile_row"] = tile_row.to(**i32, non_blocking=True)
             n_prog = tile_req.numel()
-        tensors.update(_split_workspace(config, batch, num_kv_heads, head_dim, dev))
+        if workspace is not None:
+            tensors.update(workspace.split_views(config, batch))
+        else:
+            tensors.update(_split_workspace(config, batch, num_kv_heads, head_dim, dev))
         self._plan = Plan(
             mode=mode,
             batch=batch,
-            total_q=sum(query_lens),
+            total_q=batch if mode == "decode" else sum(query_lens),  # decode: one row per request, padding too
             max_live=max_seq_len,
             num_qo_heads=num_qo_heads,
             num_kv_heads=num_kv_heads,

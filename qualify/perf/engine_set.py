@@ -1,13 +1,15 @@
 """The `engine` implementation set: vLLM serving a cartridge, one fresh process per layout.
 
 Each worker builds one engine (`qualify.serve.engine.build_llm`) for its layout over the shape set's model
-(`shape.engine.model_dir`, by default the Qwen3-8B architecture with dummy weights), then for every
-(suffix, batch) cell sends `batch` prompts at once (`suffix` question tokens after the cartridge, as token
-ids), `warmups` untimed batches of exactly that shape, then `repetitions` timed ones. Samples per repetition:
-output tokens/s of the batch and the median / p95 of its requests' TTFT (vLLM's request metrics). Fresh
-questions per batch; prefix caching is off in every layout, so nothing is reused between batches.
+(`shape.engine.model_dir`, by default the Qwen3-8B architecture with dummy weights), in vLLM's default mode
+(torch.compile + CUDA graphs) unless the shape's engine settings say eager, then for every (suffix, batch) cell
+sends `batch` prompts at once (`suffix` question tokens after the cartridge, as token ids), `warmups` untimed
+batches of exactly that shape, then `repetitions` timed ones. Samples per repetition: output tokens/s of the
+batch and the median / p95 of its requests' TTFT (vLLM's request metrics). Fresh questions per batch, so
+nothing but the cartridge is ever reused; a prefix-cached layout must show its cartridge blocks served from the
+cache in every timed batch, or the worker fails (it would be measuring per-request injection under another name).
 
-With ``QUALIFY_ENGINE_RUNS_DIR`` set, each worker also writes its result there as ``<layout>.json``.
+With ``QUALIFY_ENGINE_RUNS_DIR`` set, each worker also writes its result there as ``<layout>.p<process>.json``.
 """
 
 from __future__ import annotations
@@ -26,16 +28,18 @@ import torch
 from qualify.perf.gpu_info import device_facts, read_clocks, versions
 from qualify.perf.spec import Cell, WorkRequest, WorkResult
 from qualify.serve.config import Mode
-from qualify.serve.dispatch_log import DISPATCH_LOG_ENV, read_dispatch_log
+from qualify.serve.dispatch_log import DISPATCH_LOG_ENV, read_dispatch_log, read_dispatch_notes
 from qualify.serve.engine import (
     BatchTiming,
     build_llm,
+    cudagraph_mode,
     kv_capacity,
     prompt_token_ids,
     random_questions,
     run_batch,
     write_random_cartridge,
 )
+from qualify.serve.layouts import ServingLayout
 from qualify.serve.layouts import layout as get_layout
 from qualify.serve.settings import EngineSettings
 
@@ -57,9 +61,37 @@ def _dispatch_log(folder: Path) -> Iterator[Path]:
             os.environ[DISPATCH_LOG_ENV] = before
 
 
+def kv_tokens(lay: ServingLayout, cartridge_len: int, prompt_and_output: int, block_size: int) -> tuple[int, int]:
+    """(KV tokens one request holds on its own, KV tokens held once for every request) in whole blocks.
+
+    `prompt_and_output` counts the request's own tokens (question and generated). Per-request injection holds
+    the cartridge in every request's pages; a prefix-cached layout shares the cartridge's full blocks and holds
+    only the partial last one per request; the shared layouts keep the cartridge outside the paged cache.
+    """
+    if lay.mode is Mode.SHARED:
+        return -(-prompt_and_output // block_size) * block_size, 0
+    blocks = -(-(cartridge_len + prompt_and_output) // block_size)
+    shared = cartridge_len // block_size if lay.prefix_caching else 0
+    return (blocks - shared) * block_size, shared * block_size
+
+
+def _check_cache_hits(lay: ServingLayout, runs: list[BatchTiming], cartridge_len: int, block_size: int) -> None:
+    if not lay.prefix_caching:
+        return
+    want = (cartridge_len // block_size) * block_size
+    short = [min(r.cached_prompt_tokens) for r in runs if min(r.cached_prompt_tokens) < want]
+    if short:
+        raise RuntimeError(
+            f"layout {lay.name}: a timed batch had a request with {short[0]} prompt tokens from the prefix cache, "
+            f"fewer than the cartridge's {want} in full blocks: the cartridge was not shared, so this is not the "
+            "prefix-cached baseline"
+        )
+
+
 def _cells(
-    metrics: list[str], batch: int, suffix: int, live: int, runs: list[BatchTiming], detail: dict[str, Any]
-) -> list[Cell]:
+    metrics: list[str], batch: int, suffix: int, live: int, runs: list[BatchTiming], detail: dict[str, Any],
+    method: str,
+) -> list[Cell]:  # fmt: skip
     values = {
         "output_tokens_per_s": [r.output_tokens_per_s for r in runs],
         "ttft_p50_ms": [r.ttft_quantile_ms(0.5) for r in runs],
@@ -74,7 +106,7 @@ def _cells(
             samples=values[m],
             step_ms=[r.wall_s * 1e3 for r in runs],
             bytes_moved=0,
-            method="vllm LLM.generate, eager",
+            method=method,
             detail=detail,
         )
         for m in metrics
@@ -109,9 +141,11 @@ def measure(request: WorkRequest) -> WorkResult:
         llm = build_llm(lay, cartridge, shape.cartridge_len, settings, seed=request.seed)
         startup_s = time.perf_counter() - t0
         capacity = kv_capacity(llm)
+        graphs = cudagraph_mode(llm)  # as requested; the engine core may resolve another (read back below)
+        method = f"vllm LLM.generate, {'eager' if settings.enforce_eager else f'CUDA graphs ({graphs})'}"
         cells: list[Cell] = []
         for suffix in shape.suffixes:
-            per_request = (shape.cartridge_len if lay.mode is Mode.INJECT else 0) + suffix + gen
+            own, shared_once = kv_tokens(lay, shape.cartridge_len, suffix + gen, capacity["block_size"])
             for batch in shape.batches:
 
                 def prompts(batch: int = batch, suffix: int = suffix) -> list[list[int]]:
@@ -121,23 +155,34 @@ def measure(request: WorkRequest) -> WorkResult:
                 for _ in range(timing.warmups):
                     run_batch(llm, prompts(), gen)
                 runs = [run_batch(llm, prompts(), gen) for _ in range(timing.repetitions)]
+                _check_cache_hits(lay, runs, shape.cartridge_len, capacity["block_size"])
+                fit = (capacity["tokens"] - shared_once) // own
                 detail = {
                     "requests_per_s": [r.requests_per_s for r in runs],
                     "ttft_p50_ms": [r.ttft_quantile_ms(0.5) for r in runs],
                     "ttft_p95_ms": [r.ttft_quantile_ms(0.95) for r in runs],
                     "wall_ms": [r.wall_s * 1e3 for r in runs],
-                    "prompt_tokens_per_request": per_request - gen,
-                    "kv_tokens_per_request": per_request,
+                    "prompt_tokens_per_request": (shape.cartridge_len if lay.mode is Mode.INJECT else 0) + suffix,
+                    "cached_prompt_tokens_per_request": [min(r.cached_prompt_tokens) for r in runs],
+                    "kv_tokens_per_request": own,
+                    "kv_tokens_shared": shared_once,
                     "kv_capacity_tokens": capacity["tokens"],
-                    "admitted_concurrency": min(settings.max_num_seqs, capacity["tokens"] // per_request),
+                    "requests_that_fit": fit,
+                    "admitted_concurrency": min(settings.max_num_seqs, fit),
                 }
-                cells += _cells(list(request.metrics), batch, suffix, suffix + gen, runs, detail)
+                cells += _cells(list(request.metrics), batch, suffix, suffix + gen, runs, detail, method)
         # Every variant the engine launched while this worker ran (start-up profiling and warm-ups included), as
         # the backend read it from the kernel's plans; none for a layout that does not use the fused kernel.
         launched = read_dispatch_log(log)
         for c in cells:
             c.detail["specializations"] = launched
-        gpu: dict[str, Any] = {"kv_cache": capacity, "engine_startup_s": startup_s}
+        # The fused backend reports the mode vLLM resolved inside the engine core; other layouts keep the request.
+        resolved = read_dispatch_notes(log).get("cudagraph_mode")
+        if resolved:
+            graphs = ", ".join(resolved)
+            for c in cells:
+                c.method = f"vllm LLM.generate, {'eager' if settings.enforce_eager else f'CUDA graphs ({graphs})'}"
+        gpu: dict[str, Any] = {"kv_cache": capacity, "engine_startup_s": startup_s, "cudagraph_mode": graphs}
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
             # Device-wide (the engine preallocates its KV cache up to gpu_memory_utilization).
@@ -148,6 +193,7 @@ def measure(request: WorkRequest) -> WorkResult:
         implementation_set=request.implementation_set,
         implementation=request.implementation,
         options=request.options,
+        process=request.process,
         cells=cells,
         gpu=gpu,
         clocks={"before": clocks_before, "after": read_clocks()},
@@ -160,5 +206,5 @@ def measure(request: WorkRequest) -> WorkResult:
     runs_dir = os.environ.get(RUNS_DIR_ENV)
     if runs_dir:
         Path(runs_dir).mkdir(parents=True, exist_ok=True)
-        (Path(runs_dir) / f"{lay.name}.json").write_text(result.model_dump_json(indent=1))
+        (Path(runs_dir) / f"{lay.name}.p{request.process}.json").write_text(result.model_dump_json(indent=1))
     return result

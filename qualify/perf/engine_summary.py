@@ -1,103 +1,125 @@
-"""The four-layout table of the engine-level benchmark, with deltas against bf16-inject and global-fp8.
+"""The engine benchmark's layout table, with ratios against the baselines users run.
 
     qualify serve-summary RUNS_DIR [--out summary.json]
 
-RUNS_DIR holds one ``<layout>.json`` per layout (`qualify.perf.engine_set` writes them when
-``QUALIFY_ENGINE_RUNS_DIR`` is set). Per (batch, suffix): medians over repetitions of output tok/s, request/s,
-TTFT p50 and p95, the KV capacity and admitted concurrency, and each layout's ratio against the two references
-with a 95 % bootstrap CI (`qualify.stats.ratio.median_ratio_ci`).
+RUNS_DIR holds ``<layout>.p<process>.json`` files (`qualify.perf.engine_set` writes them when
+``QUALIFY_ENGINE_RUNS_DIR`` is set; a file named ``<layout>.json`` is read as process 0). Per (batch, suffix)
+and layout: medians over every repetition of every process of output tok/s, requests/s, TTFT p50 and p95, the
+KV capacity, the tokens a request holds, the requests that fit and the admitted concurrency; and each layout's
+ratio against each reference (the prefix-cached BF16 and FP8 layouts, else per-request injection) with a 95 %
+CI: a Welch t interval over the processes' medians where both sides ran 2 or more processes
+(`qualify.stats.ratio.process_t_median_ratio_ci`), the bootstrap over repetitions otherwise (said in the row).
 """
 
 from __future__ import annotations
 
 import json
+import re
 import statistics
 from pathlib import Path
 from typing import Any
 
 from qualify.perf.spec import WorkResult
 from qualify.serve.layouts import LAYOUTS
-from qualify.stats.ratio import median_ratio_ci
+from qualify.stats.ratio import process_t_median_ratio_ci
 
-REFERENCES = ("bf16-inject", "global-fp8")
+REFERENCES = ("bf16-prefix-cached", "fp8-prefix-cached", "bf16-inject")
+SHOWN_REFERENCES = 2  # the first two references present in a run get columns
 ORDER = tuple(LAYOUTS)  # the serving layouts in their declared order
+_RUN_FILE = re.compile(r"^(?P<layout>.+?)(?:\.p(?P<process>\d+))?\.json$")
 
 
-def load_runs(runs_dir: Path) -> dict[str, WorkResult]:
-    runs = {}
+def load_runs(runs_dir: Path) -> dict[str, list[WorkResult]]:
+    """Each layout's runs, in process order."""
+    runs: dict[str, list[WorkResult]] = {}
     for path in sorted(runs_dir.glob("*.json")):
+        if not _RUN_FILE.match(path.name):
+            continue
         result = WorkResult.model_validate_json(path.read_text())
-        runs[result.implementation] = result
+        runs.setdefault(result.implementation, []).append(result)
     if not runs:
-        raise SystemExit(f"{runs_dir}: no <layout>.json run files")
-    return runs
+        raise SystemExit(f"{runs_dir}: no <layout>.p<process>.json run files")
+    return {name: sorted(rs, key=lambda r: r.process) for name, rs in runs.items()}
 
 
-def _delta(cand: list[float], ref: list[float]) -> dict[str, float]:
-    ci = median_ratio_ci(cand, ref, n_resamples=4000, seed=0)
-    return {"ratio": ci.ratio, "low": ci.low, "high": ci.high}
+def _groups(runs: list[WorkResult], metric: str, batch: int, suffix: int) -> list[list[float]]:
+    return [list(r.cell(metric, batch, suffix).samples) for r in runs]
 
 
-def summarize(runs: dict[str, WorkResult]) -> list[dict[str, Any]]:
+def _delta(cand: list[list[float]], ref: list[list[float]]) -> dict[str, Any]:
+    ci = process_t_median_ratio_ci(cand, ref, n_resamples=4000, seed=0)
+    return {"ratio": ci.ratio, "low": ci.low, "high": ci.high, "method": ci.method}
+
+
+def references(runs: dict[str, list[WorkResult]]) -> list[str]:
+    return [r for r in REFERENCES if r in runs][:SHOWN_REFERENCES]
+
+
+def summarize(runs: dict[str, list[WorkResult]]) -> list[dict[str, Any]]:
     rows = []
+    refs = references(runs)
     names = [n for n in ORDER if n in runs] + sorted(set(runs) - set(ORDER))
-    keys = sorted({(c.batch, c.suffix) for r in runs.values() for c in r.cells})
+    keys = sorted({(c.batch, c.suffix) for rs in runs.values() for r in rs for c in r.cells})
     for batch, suffix in keys:
         for name in names:
-            r = runs[name]
+            rs = runs[name]
             try:
-                tok = r.cell("output_tokens_per_s", batch, suffix)
-                ttft = r.cell("ttft_p50_ms", batch, suffix)
+                tok = _groups(rs, "output_tokens_per_s", batch, suffix)
+                ttft = _groups(rs, "ttft_p50_ms", batch, suffix)
             except KeyError:
                 continue
-            d = tok.detail
+            cells = [r.cell("output_tokens_per_s", batch, suffix) for r in rs]
+            d = cells[0].detail
+
+            def pooled(field: str, cells: list = cells) -> float:
+                return statistics.median([x for c in cells for x in c.detail[field]])
+
             row: dict[str, Any] = {
                 "batch": batch,
                 "suffix": suffix,
                 "layout": name,
-                "output_tok_s": statistics.median(tok.samples),
-                "requests_s": statistics.median(d["requests_per_s"]),
-                "ttft_p50_ms": statistics.median(d["ttft_p50_ms"]),
-                "ttft_p95_ms": statistics.median(d["ttft_p95_ms"]),
+                "processes": len(rs),
+                "method": cells[0].method,
+                "output_tok_s": statistics.median([x for g in tok for x in g]),
+                "requests_s": pooled("requests_per_s"),
+                "ttft_p50_ms": pooled("ttft_p50_ms"),
+                "ttft_p95_ms": pooled("ttft_p95_ms"),
                 "kv_capacity_tokens": d["kv_capacity_tokens"],
                 "kv_tokens_per_request": d["kv_tokens_per_request"],
                 # Requests whose pages fit in the KV cache at once, before max_num_seqs caps them.
-                "requests_that_fit": d["kv_capacity_tokens"] // d["kv_tokens_per_request"],
+                "requests_that_fit": d.get("requests_that_fit", d["kv_capacity_tokens"] // d["kv_tokens_per_request"]),
                 "admitted_concurrency": d["admitted_concurrency"],
-                "device_memory_used_gib": round(r.gpu.get("device_memory_used_bytes", 0) / 1024**3, 1),
-                "repetitions": len(tok.samples),
+                "device_memory_used_gib": round(rs[0].gpu.get("device_memory_used_bytes", 0) / 1024**3, 1),
+                "engine_startup_s": [round(float(r.gpu.get("engine_startup_s", 0.0)), 1) for r in rs],
+                "repetitions": sum(len(g) for g in tok),
             }
-            for ref in REFERENCES:
-                if ref in runs and ref != name:
-                    rt, rf = (
-                        runs[ref].cell("output_tokens_per_s", batch, suffix),
-                        runs[ref].cell("ttft_p50_ms", batch, suffix),
-                    )
-                    row[f"tok_s_vs_{ref}"] = _delta(tok.samples, rt.samples)
-                    row[f"ttft_p50_vs_{ref}"] = _delta(ttft.samples, rf.samples)
+            for ref in refs:
+                if ref != name:
+                    row[f"tok_s_vs_{ref}"] = _delta(tok, _groups(runs[ref], "output_tokens_per_s", batch, suffix))
+                    row[f"ttft_p50_vs_{ref}"] = _delta(ttft, _groups(runs[ref], "ttft_p50_ms", batch, suffix))
             rows.append(row)
     return rows
 
 
-def _pct(d: dict[str, float] | None) -> str:
+def _pct(d: dict[str, Any] | None) -> str:
     if not d:
         return "-"
-    return f"{(d['ratio'] - 1) * 100:+.2f} % [{(d['low'] - 1) * 100:+.1f}, {(d['high'] - 1) * 100:+.1f}]"
+    flat = "" if d["method"] == "process-t" else f" ({d['method']})"
+    return f"{(d['ratio'] - 1) * 100:+.1f} % [{(d['low'] - 1) * 100:+.1f}, {(d['high'] - 1) * 100:+.1f}]{flat}"
 
 
 def render(rows: list[dict[str, Any]]) -> str:
-    head = (
-        "| batch | layout | tok/s | req/s | TTFT p50 ms | TTFT p95 ms | tok/s vs bf16-inject | TTFT p50 vs bf16-inject "
-        "| tok/s vs global-fp8 | TTFT p50 vs global-fp8 | KV capacity (tokens) | KV tokens / request "
-        "| requests that fit | admitted |"
-    )
-    lines = [head, "|" + " --- |" * 14]
+    refs = sorted({k.split("_vs_", 1)[1] for r in rows for k in r if "_vs_" in k}, key=REFERENCES.index)
+    head = ["batch", "layout", "processes", "tok/s", "req/s", "TTFT p50 ms", "TTFT p95 ms"]
+    head += [f"{m} vs {ref}" for ref in refs for m in ("tok/s", "TTFT p50")]
+    head += ["KV capacity (tokens)", "KV tokens / request", "requests that fit", "admitted"]
+    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
-        deltas = [_pct(r.get(f"{m}_vs_{ref}")) for ref in REFERENCES for m in ("tok_s", "ttft_p50")]
+        deltas = [_pct(r.get(f"{m}_vs_{ref}")) for ref in refs for m in ("tok_s", "ttft_p50")]
         cells = [
-            r["batch"], r["layout"], f"{r['output_tok_s']:.1f}", f"{r['requests_s']:.2f}", f"{r['ttft_p50_ms']:.1f}",
-            f"{r['ttft_p95_ms']:.1f}", *deltas, r["kv_capacity_tokens"], r["kv_tokens_per_request"],
-            r["requests_that_fit"], r["admitted_concurrency"],
+            r["batch"], r["layout"], r["processes"], f"{r['output_tok_s']:.1f}", f"{r['requests_s']:.2f}",
+            f"{r['ttft_p50_ms']:.1f}", f"{r['ttft_p95_ms']:.1f}", *deltas, r["kv_capacity_tokens"],
+            r["kv_tokens_per_request"], r["requests_that_fit"], r["admitted_concurrency"],
         ]  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)

@@ -143,6 +143,7 @@ class WorkResult(_Wire):
     implementation_set: str
     implementation: str
     options: dict[str, Any]
+    process: int = Field(default=0, ge=0)  # the request's process index
     cells: list[Cell]
     gpu: dict[str, Any] = Field(default_factory=dict)
     clocks: dict[str, Any] = Field(default_factory=dict)  # {"before": [...], "after": [...]} from nvidia-smi

@@ -5,6 +5,14 @@ rows used in place, no host read of device memory); per layer, the impl writes t
 the paged cache (K BF16; V BF16 or FP8 E4M3) and launches the kernel once over the layer's shared cartridge
 and the live pages. The cartridge is read once per worker, onto the GPU, outside the paged cache.
 
+CUDA graphs (vLLM's default mode): decode batches are captured whole (``UNIFORM_SINGLE_TOKEN_DECODE``), mixed
+and prefill batches piecewise with attention outside the graphs. A replayed graph keeps the pointers and launch
+configuration it was captured with, so (1) every tensor a launch reads is one of vLLM's persistent buffers, the
+cartridge, or a view of the builder's `DecodeWorkspace`; (2) a decode batch that a graph may serve is planned
+for the engine's longest context (``max_model_len``), as vLLM's capture plans it, so the step's plan, and what
+the dispatch log records, is the captured variant; (3) the padding requests of a replayed batch (0 queries,
+0 live tokens) are planned, each attending the cartridge alone into its own discarded row.
+
 The paged cache keeps vLLM's FlashAttention layout, logical ``(blocks, H_kv, block, 2 * D)``: K in the first
 half of the last dim, V in the second. With FP8 live V the V half keeps its BF16 size and only its first D
 bytes are used: bandwidth is halved for V reads, the page count is not (said in the benchmark report).
@@ -16,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from cartridge_attn import CartridgeAttention
+from cartridge_attn import CartridgeAttention, DecodeWorkspace
 from cartridge_attn.cache_write import write_live_kv
 from cartridge_attn.dispatch import specialization_of
 from vllm.v1.attention.backend import (
@@ -39,7 +47,7 @@ FP8 = torch.float8_e4m3fn
 
 @dataclass
 class CartridgeMetadata:
-    num_actual_tokens: int
+    num_rows: int  # query rows the kernel computes: the scheduled tokens, and a graph's padding requests
     slot_mapping: torch.Tensor
     attn: CartridgeAttention  # planned for this step; every layer runs the same plan
     cartridge: dict[str, LayerCartridge]  # layer name -> its cartridge on the GPU
@@ -47,7 +55,8 @@ class CartridgeMetadata:
 
 
 class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
-    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.NEVER
+    # Whole-graph capture of one-token decode batches; mixed batches run piecewise (attention outside the graph).
+    _cudagraph_support: ClassVar[AttentionCGSupport] = AttentionCGSupport.UNIFORM_SINGLE_TOKEN_DECODE
 
     def __init__(self, kv_cache_spec: Any, layer_names: list[str], vllm_config: Any, device: torch.device) -> None:
         super().__init__(kv_cache_spec, layer_names, vllm_config, device)
@@ -64,6 +73,17 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
         self.cartridge_v_dtype = FP8 if cfg.cartridge_value_dtype == "fp8_e4m3" else torch.bfloat16
         self.live_v_fp8 = cfg.live_value_dtype == "fp8_e4m3"
         self.dispatch_log = DispatchLog()
+        self.max_model_len = int(vllm_config.model_config.max_model_len)
+        self.max_graph_batch = _max_full_graph_batch(vllm_config)
+        self.workspace = DecodeWorkspace(
+            max_batch=max(int(vllm_config.scheduler_config.max_num_seqs), self.max_graph_batch),
+            num_qo_heads=facts.num_qo_heads,
+            num_kv_heads=facts.num_kv_heads,
+            head_dim=facts.head_dim,
+            cartridge_len=cfg.cartridge_len,
+            max_live=self.max_model_len,
+            device=device,
+        )
 
     def build(
         self, common_prefix_len: int, common_attn_metadata: CommonAttentionMetadata, fast_build: bool = False
@@ -73,13 +93,20 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
         qsl = m.query_start_loc_cpu[: n + 1]
         query_lens = (qsl[1:] - qsl[:-1]).tolist()
         bound = m.seq_lens_cpu_upper_bound
+        max_seq_len = int(m.max_seq_len)
+        # Read per step: vLLM resolves its CUDA-graph mode for the backends after building them.
+        self.max_graph_batch = _max_full_graph_batch(self.vllm_config)
+        self.dispatch_log.note("cudagraph_mode", _graph_mode_name(self.vllm_config))
+        if n <= self.max_graph_batch and max(query_lens) == 1:
+            # A batch a full graph may replay: planned as the capture planned it (see the module docstring).
+            max_seq_len = self.max_model_len
         attn = CartridgeAttention()
         attn.plan_block_table(
             m.query_start_loc,
             query_lens,
             m.seq_lens,
             m.block_table_tensor,
-            max_seq_len=int(m.max_seq_len),
+            max_seq_len=max_seq_len,
             seq_lens_bound=bound[:n].tolist() if bound is not None else None,
             num_qo_heads=self.facts.num_qo_heads,
             num_kv_heads=self.facts.num_kv_heads,
@@ -90,16 +117,30 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
             cartridge_v_dtype=self.cartridge_v_dtype,
             live_v_dtype=FP8 if self.live_v_fp8 else torch.bfloat16,
             causal=True,
+            workspace=self.workspace,
         )
         self.dispatch_log.record(specialization_of(attn.plan_info).key)
         return CartridgeMetadata(
-            # The scheduled tokens, not m.num_actual_tokens, which may include padding.
-            num_actual_tokens=int(qsl[-1]),
+            num_rows=attn.plan_info.total_q,
             slot_mapping=m.slot_mapping,
             attn=attn,
             cartridge=self.cartridge,
             live_v_fp8=self.live_v_fp8,
         )
+
+
+def _graph_mode_name(vllm_config: Any) -> str:
+    mode = getattr(vllm_config.compilation_config, "cudagraph_mode", None)
+    return str(getattr(mode, "name", mode))
+
+
+def _max_full_graph_batch(vllm_config: Any) -> int:
+    """The largest decode batch a full CUDA graph serves; 0 when the engine captures none (eager, piecewise)."""
+    cc = vllm_config.compilation_config
+    mode = getattr(cc, "cudagraph_mode", None)
+    if mode is None or not mode.has_full_cudagraphs():
+        return 0
+    return int(cc.max_cudagraph_capture_size or 0)
 
 
 class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
@@ -159,7 +200,7 @@ class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
         if attn_metadata is None:  # profiling run
             return output.fill_(0)
         md = attn_metadata
-        n = md.num_actual_tokens
+        n = md.num_rows
         d = self.head_size
         pages = kv_cache.transpose(1, 2)  # (blocks, block, H_kv, 2 * D), any physical order
         k_pages = pages[..., :d]

@@ -182,16 +182,22 @@ def shared_block_size(cartridge_len: int) -> int:
     )
 
 
-def engine_kwargs(cfg: ServingConfig, architecture: str, **base: Any) -> dict[str, Any]:
+def engine_kwargs(
+    cfg: ServingConfig, architecture: str, *, prefix_caching: bool = False, **base: Any
+) -> dict[str, Any]:
     """Keyword arguments for ``vllm.LLM`` serving `cfg` with a model of `architecture`.
 
     ``base`` (model, dtype, load_format, max_num_seqs, ...) is kept; the mode's own settings win over it.
+    `prefix_caching` (inject only) lets vLLM's prefix cache share the cartridge's blocks between requests: the
+    connector then writes only the cartridge positions a request's cache hit does not already hold.
     """
+    if prefix_caching and cfg.mode is not Mode.INJECT:
+        _fail("enable_prefix_caching", "False in shared mode (the cartridge is outside the paged cache)", True)
     out = dict(base)
     extra = dict(out.pop("additional_config", None) or {})
     extra[ADDITIONAL_CONFIG_KEY] = cfg.model_dump(mode="json")
     out["additional_config"] = extra
-    out["enable_prefix_caching"] = False  # inject: measure the copy per request; shared: guard
+    out["enable_prefix_caching"] = prefix_caching
     if cfg.mode is Mode.INJECT:
         out["kv_transfer_config"] = {
             "kv_connector": CONNECTOR_CLASS,

@@ -3,7 +3,9 @@
 vLLM runs the model in its own process (the engine core), so the backend cannot hand its plans back to the
 perf worker that started the engine. Each metadata builder appends every specialization key it plans for the
 first time to the file named by ``QUALIFY_DISPATCH_LOG`` (one key per line); the worker reads the file after its
-timed batches. Keys come from the kernel's own plan (`cartridge_attn.dispatch.specialization_of`).
+timed batches. Keys come from the kernel's own plan (`cartridge_attn.dispatch.specialization_of`). Lines that
+start with ``#`` are facts about the engine core the worker cannot see otherwise (the CUDA-graph mode vLLM
+resolved for this backend), read by `read_dispatch_notes` and never taken for keys.
 """
 
 from __future__ import annotations
@@ -30,11 +32,31 @@ class DispatchLog:
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(key + "\n")
 
+    def note(self, name: str, value: str) -> None:
+        """Record ``name = value`` once per distinct pair."""
+        self.record(f"{NOTE}{name}={value}")
+
+
+NOTE = "# "
+
+
+def _lines(path: Path) -> list[str]:
+    try:
+        return [ln.strip() for ln in path.read_text(encoding="utf-8").splitlines() if ln.strip()]
+    except FileNotFoundError:
+        return []
+
 
 def read_dispatch_log(path: Path) -> list[str]:
     """The distinct keys in `path`, sorted; none when the file was never written."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except FileNotFoundError:
-        return []
-    return sorted({ln.strip() for ln in lines if ln.strip()})
+    return sorted({ln for ln in _lines(path) if not ln.startswith(NOTE.strip())})
+
+
+def read_dispatch_notes(path: Path) -> dict[str, list[str]]:
+    """Every value recorded for each note name, sorted."""
+    notes: dict[str, set[str]] = {}
+    for ln in _lines(path):
+        if ln.startswith(NOTE.strip()):
+            name, _, value = ln[len(NOTE.strip()) :].strip().partition("=")
+            notes.setdefault(name, set()).add(value)
+    return {k: sorted(v) for k, v in notes.items()}

@@ -1,13 +1,15 @@
 """End-to-end agreement of serving layouts in vLLM: greedy tokens and log-probabilities, one process per layout.
 
-    qualify serve-agreement generate --layout bf16-inject --out ref.json
+    qualify serve-agreement generate --layout bf16-prefix-cached --out ref.json [--eager]
     qualify serve-agreement compare ref.json cand.json --tie-eps 0.1 [--logprob-tolerance 0.1]
 
-`generate` builds the layout's engine on a small Qwen3 (fixtures/qwen3_small, seeded weights), sends a fixed
-set of prompts (the same question tokens for every layout; inject prepends the placeholder run) and writes
-greedy tokens with top-5 log-probabilities per position. The cartridge is random and seeded, identical for
-every layout. `compare` applies `qualify.serve.agreement` and exits 1 when the check fails. The command line
-(`qualify.cli`) only parses arguments; both commands are here.
+`generate` builds the layout's engine on a small Qwen3 (fixtures/qwen3_small, seeded weights) in vLLM's default
+mode (torch.compile, CUDA graphs; ``--eager`` for eager mode), sends a fixed set of prompts (the same question
+tokens for every layout; inject prepends the placeholder run) and writes greedy tokens with top-5
+log-probabilities per position. A prefix-cached layout first serves one priming request, so that every
+recorded prompt finds the cartridge's blocks in the prefix cache (each record keeps its cached prompt tokens).
+The cartridge is random and seeded, identical for every layout. `compare` applies `qualify.serve.agreement`
+and exits 1 when the check fails. The command line (`qualify.cli`) only parses arguments; both commands are here.
 """
 
 from __future__ import annotations
@@ -29,15 +31,17 @@ SMALL = EngineSettings(
     max_num_batched_tokens=16384,
     max_model_len=2048,
     gpu_memory_utilization=0.3,
+    cudagraph_capture_sizes=[1, 2, 4, 8, 16],
 )
 
 
 def generate(layout_name: str, out: Path, *, prompts: int, question_len: int, max_tokens: int, cartridge_len: int,
-             seed: int, settings: EngineSettings = SMALL) -> dict[str, Any]:  # fmt: skip
+             seed: int, settings: EngineSettings = SMALL, eager: bool = False) -> dict[str, Any]:  # fmt: skip
     from vllm.inputs import TokensPrompt
 
     from qualify.serve.engine import (
         build_llm,
+        kv_capacity,
         prompt_token_ids,
         random_questions,
         sampling_params,
@@ -45,6 +49,7 @@ def generate(layout_name: str, out: Path, *, prompts: int, question_len: int, ma
     )
 
     lay = layout(layout_name)
+    settings = settings.model_copy(update={"enforce_eager": eager})
     vocab = int(settings.hf_config()["vocab_size"])
     questions = random_questions(prompts, question_len, vocab, random.Random(seed), settings.placeholder_token_id)
     with tempfile.TemporaryDirectory(prefix="qualify-e2e-") as tmp:
@@ -52,15 +57,23 @@ def generate(layout_name: str, out: Path, *, prompts: int, question_len: int, ma
         llm = build_llm(lay, cart, cartridge_len, settings, seed=seed)
         token_ids = prompt_token_ids(lay, questions, cartridge_len, settings.placeholder_token_id)
         params = sampling_params(max_tokens, logprobs=5)
+        if lay.prefix_caching:
+            priming = random_questions(1, question_len, vocab, random.Random(seed + 1), settings.placeholder_token_id)
+            prime = prompt_token_ids(lay, priming, cartridge_len, settings.placeholder_token_id)
+            llm.generate([TokensPrompt(prompt_token_ids=p) for p in prime], sampling_params(1), use_tqdm=False)
         outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in token_ids], params, use_tqdm=False)
+        block_size = kv_capacity(llm)["block_size"]
     records = []
     for o in outs:
         c = o.outputs[0]
         tops = [{str(t): float(lp.logprob) for t, lp in pos.items()} for pos in (c.logprobs or [])]
-        records.append({"tokens": list(c.token_ids), "top_logprobs": tops})
+        cached = int(getattr(o, "num_cached_tokens", 0) or 0)
+        records.append({"tokens": list(c.token_ids), "top_logprobs": tops, "cached_prompt_tokens": cached})
     doc = {
         "layout": lay.name,
         "description": lay.description,
+        "enforce_eager": settings.enforce_eager,
+        "block_size": block_size,
         "model_dir": settings.model_dir,
         "load_format": settings.load_format,
         "cartridge_len": cartridge_len,

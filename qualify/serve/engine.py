@@ -72,8 +72,10 @@ def llm_kwargs(
     }
     if layout.kv_cache_dtype != "auto":
         base["kv_cache_dtype"] = layout.kv_cache_dtype
+    if not settings.enforce_eager and settings.cudagraph_capture_sizes is not None:
+        base["compilation_config"] = {"cudagraph_capture_sizes": list(settings.cudagraph_capture_sizes)}
     cfg = serving_config_for(layout, cartridge, cartridge_len, settings)
-    return engine_kwargs(cfg, config["architectures"][0], **base)
+    return engine_kwargs(cfg, config["architectures"][0], prefix_caching=layout.prefix_caching, **base)
 
 
 def build_llm(
@@ -109,6 +111,7 @@ class BatchTiming:
     wall_s: float
     output_tokens: int
     ttft_s: list[float]
+    cached_prompt_tokens: list[int]  # per request: prompt tokens served from vLLM's prefix cache
 
     @property
     def output_tokens_per_s(self) -> float:
@@ -144,17 +147,25 @@ def run_batch(llm: Any, prompts: list[list[int]], max_tokens: int) -> BatchTimin
     start = time.perf_counter()
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     wall = time.perf_counter() - start
-    ttft, tokens = [], 0
+    ttft, tokens, cached = [], 0, []
     for o in outs:
         tokens += len(o.outputs[0].token_ids)
         m = getattr(o, "metrics", None)
         if m is None or not getattr(m, "first_token_latency", 0.0):
             raise RuntimeError("vLLM returned no per-request metrics (first_token_latency); is log stats disabled?")
         ttft.append(float(m.first_token_latency))
-    return BatchTiming(wall_s=wall, output_tokens=tokens, ttft_s=ttft)
+        cached.append(int(getattr(o, "num_cached_tokens", 0) or 0))
+    return BatchTiming(wall_s=wall, output_tokens=tokens, ttft_s=ttft, cached_prompt_tokens=cached)
 
 
 def kv_capacity(llm: Any) -> dict[str, Any]:
     cc = llm.llm_engine.vllm_config.cache_config
     blocks = int(cc.num_gpu_blocks or 0)
     return {"num_gpu_blocks": blocks, "block_size": int(cc.block_size), "tokens": blocks * int(cc.block_size)}
+
+
+def cudagraph_mode(llm: Any) -> str:
+    """The CUDA-graph mode the engine was asked for, e.g. ``FULL_AND_PIECEWISE``; ``NONE`` in eager mode. The
+    engine core may resolve a weaker one for a backend that cannot capture (the fused backend reports its own)."""
+    mode = llm.llm_engine.vllm_config.compilation_config.cudagraph_mode
+    return str(getattr(mode, "name", mode))

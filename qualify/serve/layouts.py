@@ -1,4 +1,8 @@
-"""The serving layouts the engine benchmark and the end-to-end checks run, one fresh process each."""
+"""The serving layouts the engine benchmark and the end-to-end checks run, one fresh process each.
+
+Declared in the order tables show them: the baselines users run (per-request injection, prefix-cached
+injection in BF16 and FP8), then vLLM's per-request global FP8, then this project's shared layouts.
+"""
 
 from __future__ import annotations
 
@@ -16,6 +20,9 @@ class ServingLayout:
     cartridge_value_dtype: Literal["fp8_e4m3", "bfloat16"]
     live_value_dtype: Literal["bfloat16", "fp8_e4m3"]
     description: str
+    # inject only: the cartridge's pages are written once by the connector and then shared through vLLM's prefix
+    # cache (every request starts with the same placeholder run, so its full blocks hash alike).
+    prefix_caching: bool = False
 
 
 LAYOUTS: dict[str, ServingLayout] = {
@@ -29,6 +36,26 @@ LAYOUTS: dict[str, ServingLayout] = {
             "bfloat16",
             "ordinary path: BF16 cartridge copied into every request's first pages by the KV connector; vLLM's "
             "FlashAttention (FA3) backend",
+        ),
+        ServingLayout(
+            "bf16-prefix-cached",
+            Mode.INJECT,
+            "auto",
+            "bfloat16",
+            "bfloat16",
+            "what a knowledgeable user runs today: BF16 cartridge injected once by the KV connector, its full "
+            "blocks shared by every request through vLLM's prefix cache (the partial last block copied per "
+            "request); vLLM's FlashAttention (FA3) backend",
+            prefix_caching=True,
+        ),
+        ServingLayout(
+            "fp8-prefix-cached",
+            Mode.INJECT,
+            "fp8",
+            "bfloat16",
+            "bfloat16",
+            "bf16-prefix-cached with vLLM's kv_cache_dtype=fp8 (K8/V8 for cartridge and live tokens)",
+            prefix_caching=True,
         ),
         ServingLayout(
             "global-fp8",

@@ -16,7 +16,14 @@ import pytest
 import torch
 from _cartridge_attn_check import ATOL, REL_L2_MAX, RTOL, run_fused
 from _serving_kernels import poison_unused_slots, randint, run_file_in_fresh_process, seeded_generator
-from cartridge_attn import CartridgeAttention, UnsupportedLayoutError, api, random_problem, reference_attention
+from cartridge_attn import (
+    CartridgeAttention,
+    DecodeWorkspace,
+    UnsupportedLayoutError,
+    api,
+    random_problem,
+    reference_attention,
+)
 
 BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
 NUM_KV_HEADS, HEAD_DIM = 2, 64
@@ -146,6 +153,71 @@ def test_block_table_matches_reference_and_indptr_plan(
         torch.testing.assert_close(out.float(), indptr_run.out.float(), rtol=RTOL, atol=ATOL)
 
 
+# ---- CUDA-graph padding and a persistent workspace -------------------------------------------------
+# (real requests, padding requests, page size, GQA group, live V, live-length bound): a replayed graph of a
+# larger batch ends in padding requests with 0 queries and 0 live tokens. A graph plans for the engine's longest
+# context, not the step's: with a bound of 600 the batch of 4 splits its keys four ways (states in the workspace),
+# and live lengths of at most 60 leave most of those ranges empty.
+PADDED_CASES = {
+    "b1-pad3-split-p8-g4": (1, 3, 8, 4, BF16, 600),
+    "b5-pad3-p16-g2-lv8": (5, 3, 16, 2, FP8, 60),
+    "b33-pad31-packed-p8-g1": (33, 31, 8, 1, BF16, 60),
+}
+
+
+@pytest.mark.parametrize("case", list(PADDED_CASES), ids=list(PADDED_CASES))
+def test_padded_decode_with_a_workspace_matches_reference(
+    case: str, kernel_device: torch.device, request: pytest.FixtureRequest
+) -> None:
+    real, pad, page_size, group, live_v, bound = PADDED_CASES[case]
+    gen = seeded_generator(request.node.nodeid)
+    cart_len = 2 * page_size
+    live = [randint(gen, 1, 60) for _ in range(real)]
+    pr = random_problem([1] * real, live, num_qo_heads=NUM_KV_HEADS * group, num_kv_heads=NUM_KV_HEADS,
+                        head_dim=HEAD_DIM, page_size=page_size, cartridge_len=cart_len, cartridge_v_dtype=FP8,
+                        live_v_dtype=live_v, spare_pages=4, device=kernel_device,
+                        seed=randint(gen, 0, 2**40))  # fmt: skip
+    poison_unused_slots(pr)
+    batch = real + pad
+    bt = block_table_from(pr, gen, "rows")
+    bt = torch.cat([bt[:real], torch.zeros(pad, bt.shape[1], dtype=bt.dtype, device=bt.device)])  # vLLM's null block
+    qsl = torch.cat([pr.qo_indptr, torch.full((pad,), real, dtype=torch.int32, device=kernel_device)])
+    seq_lens = torch.tensor(live + [0] * pad, dtype=torch.int32, device=kernel_device)
+    bound += randint(gen, 0, 40)
+    kw = pr.plan_kwargs()
+    ws = DecodeWorkspace(max_batch=batch + randint(gen, 0, 8), num_qo_heads=kw["num_qo_heads"],
+                         num_kv_heads=NUM_KV_HEADS, head_dim=HEAD_DIM, cartridge_len=cart_len, max_live=bound,
+                         device=kernel_device)  # fmt: skip
+    attn = CartridgeAttention()
+    plan = attn.plan_block_table(qsl, [1] * real + [0] * pad, seq_lens, bt, max_seq_len=bound, workspace=ws, **kw)
+    assert (plan.mode, plan.batch, plan.total_q) == ("decode", batch, batch)
+    for name in ("kv_indptr", "split_o", "split_ml", "split_count"):
+        base = {"kv_indptr": ws.row_starts(bt.stride(0), batch)}.get(name, getattr(ws, name, None))
+        assert plan.tensors[name].untyped_storage().data_ptr() == base.untyped_storage().data_ptr(), name
+    q = torch.cat([pr.q, torch.randn(pad, *pr.q.shape[1:], device=kernel_device).to(pr.q.dtype)])
+    for launch in range(2):  # the second launch finds the counters re-armed
+        out = torch.full_like(q, float("nan"))
+        attn.run(q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, out=out, **pr.run_kwargs())
+        if out.is_cuda:
+            torch.cuda.synchronize()
+        assert not torch.isnan(out).any(), f"launch {launch}: NaN (a padding request read a page, or a row unwritten)"
+        ref = reference_attention(pr.q, pr.cartridge_k, pr.cartridge_v, pr.live_k, pr.live_v, *pr.page_table(),
+                                  causal=True, **pr.run_kwargs())  # fmt: skip
+        torch.testing.assert_close(out[:real].float(), ref, rtol=RTOL, atol=ATOL)
+        assert int(ws.split_count.abs().sum()) == 0, "arrival counters not re-armed"
+    assert (plan.config.splits > 1) == ("split" in case), plan.config
+
+
+def test_workspace_refuses_a_batch_beyond_its_size() -> None:
+    ws = DecodeWorkspace(max_batch=2, num_qo_heads=4, num_kv_heads=2, head_dim=HEAD_DIM, cartridge_len=16,
+                         max_live=64, device="cpu")  # fmt: skip
+    kw = {**_valid_inputs(), "query_lens": [1, 1, 1], "query_start_loc": _i32(0, 1, 2, 3),
+          "seq_lens": _i32(5, 6, 7), "block_table": torch.zeros(3, 3, dtype=torch.int32)}  # fmt: skip
+    args = [kw.pop(k) for k in ("query_start_loc", "query_lens", "seq_lens", "block_table")]
+    with pytest.raises(UnsupportedLayoutError, match="batch for this decode workspace"):
+        CartridgeAttention().plan_block_table(*args, workspace=ws, **kw)
+
+
 # ---- rejected inputs: fail closed, naming the field ----------------------------------------------
 def _valid_inputs() -> dict:
     q_lens, live = [1, 3], [5, 9]
@@ -176,7 +248,8 @@ def _i32(*v: int) -> torch.Tensor:
         ({"block_table": torch.arange(3, dtype=torch.int32).reshape(1, 3)}, "block_table"),  # 1 row, batch 2
         ({"block_table": torch.arange(6, dtype=torch.int64).reshape(2, 3)}, "block_table"),
         ({"block_table": torch.arange(12, dtype=torch.int32).reshape(2, 6)[:, ::2]}, "block_table innermost stride"),
-        ({"query_lens": [1, 0], "query_start_loc": _i32(0, 1, 1)}, "query_lens"),  # a zero query length
+        ({"query_lens": [0, 1], "query_start_loc": _i32(0, 0, 1)}, "query_lens"),  # zero queries, not trailing
+        ({"query_lens": [3, 0], "query_start_loc": _i32(0, 3, 3)}, "query_lens"),  # padding after a prefill
         ({"query_lens": [], "query_start_loc": _i32(0)}, "query_lens"),
         ({"cartridge_len": 20}, "cartridge_len"),  # not a multiple of page_size 8
         ({"cartridge_len": 24, "page_size": 16}, "cartridge_len"),
@@ -190,7 +263,8 @@ def _i32(*v: int) -> torch.Tensor:
         "block_table-too-few-rows",
         "block_table-int64",
         "block_table-strided-columns",
-        "zero-query-length",
+        "zero-queries-before-a-request",
+        "padding-in-a-prefill-batch",
         "empty-batch",
         "cartridge_len-20-page-8",
         "cartridge_len-24-page-16",
@@ -213,4 +287,4 @@ def test_bad_inputs_are_rejected_naming_the_field(change: dict, field: str) -> N
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA host runs these tests on the compiled kernel")
 @pytest.mark.skipif(api.interpreter_usable(), reason="the interpreter tests already run in this process")
 def test_in_a_fresh_interpreter_process() -> None:
-    run_file_in_fresh_process(Path(__file__), min_passed=len(CASES) + 12)
+    run_file_in_fresh_process(Path(__file__), min_passed=len(CASES) + 13 + len(PADDED_CASES))

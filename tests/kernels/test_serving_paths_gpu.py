@@ -95,3 +95,92 @@ def test_write_live_kv_into_vllm_layout(v_dtype: torch.dtype) -> None:
     written[slots[ok]] = True
     untouched = raw.view(blocks * bs, h, 2 * d)[~written]
     assert torch.isnan(untouched[..., :d].float()).all()
+
+
+# (real requests, padding requests): batch sizes a CUDA graph is captured for, and replays of smaller batches.
+GRAPH_BATCHES = [(1, 0), (3, 1), (13, 3), (40, 24)]
+
+
+@pytest.mark.parametrize(("real", "pad"), GRAPH_BATCHES, ids=[f"b{r}-pad{p}" for r, p in GRAPH_BATCHES])
+def test_cuda_graph_of_a_plan_replays_later_batches(real: int, pad: int) -> None:
+    """What vLLM's full CUDA graphs do: capture one decode launch over persistent engine buffers (planned, like
+    vLLM's capture, with every live length 1 and the engine's longest context as the bound), then for each new
+    step write the batch into the same buffers, plan again and replay. The replayed graph must compute every
+    new batch, whose live lengths, pages and padding differ from the captured one."""
+    from cartridge_attn import DecodeWorkspace
+    from cartridge_attn.paging import block_table_to_indptr
+
+    h_q, h_kv, d, ps, t_c, bound, max_batch = 32, 8, 128, 8, 632, 2048, 64
+    batch = real + pad
+    width, pool = bound // ps, 2048
+    qsl = torch.zeros(max_batch + 1, dtype=torch.int32, device=CUDA)
+    seq_lens = torch.zeros(max_batch, dtype=torch.int32, device=CUDA)
+    table = torch.zeros(max_batch, width, dtype=torch.int32, device=CUDA)
+    q = torch.empty(max_batch, h_q, d, dtype=V16, device=CUDA)
+    out = torch.empty_like(q)
+    live_k = torch.empty(pool, ps, h_kv, d, dtype=V16, device=CUDA)
+    live_v = torch.empty(pool, ps, h_kv, d, dtype=V8, device=CUDA)
+    ck = torch.randn(t_c, h_kv, d, device=CUDA).to(V16)
+    cv = (torch.randn(t_c, h_kv, d, device=CUDA) * 0.5).to(V8)
+    cv_scale = (torch.rand(h_kv, device=CUDA) + 0.5).float()
+    lv_scale = (torch.rand(h_kv, device=CUDA) + 0.5).float()
+    ws = DecodeWorkspace(max_batch=max_batch, num_qo_heads=h_q, num_kv_heads=h_kv, head_dim=d, cartridge_len=t_c,
+                         max_live=bound, device=CUDA)  # fmt: skip
+    shape = {"num_qo_heads": h_q, "num_kv_heads": h_kv, "head_dim": d, "page_size": ps, "cartridge_len": t_c,
+             "cartridge_v_dtype": V8, "live_v_dtype": V8}  # fmt: skip
+
+    def plan(lens: list[int]) -> CartridgeAttention:
+        attn = CartridgeAttention()
+        attn.plan_block_table(qsl[: batch + 1], [1] * len(lens) + [0] * (batch - len(lens)), seq_lens[:batch],
+                              table[:batch], max_seq_len=bound, workspace=ws, **shape)  # fmt: skip
+        return attn
+
+    def run(attn: CartridgeAttention) -> None:
+        attn.run(q[:batch], ck, cv, (live_k, live_v), cartridge_v_scale=cv_scale, live_v_scale=lv_scale,
+                 out=out[:batch])  # fmt: skip
+
+    # Capture state, as vLLM's: every request real, one live token each.
+    qsl[: batch + 1] = torch.arange(batch + 1, dtype=torch.int32, device=CUDA)
+    seq_lens[:batch] = 1
+    table[:batch] = torch.arange(batch, dtype=torch.int32, device=CUDA)[:, None]
+    live_k.normal_()
+    live_v.copy_(torch.randn(live_v.shape, device=CUDA).to(V8))
+    q.normal_()
+    captured = plan([1] * batch)
+    run(captured)  # compiles outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run(captured)
+    for step in range(3):
+        lens = torch.randint(1, bound + 1, (real,)).tolist()
+        lens[step % real] = bound  # one request at the bound the graph was planned for
+        pages = torch.randperm(pool)[: sum(-(-n // ps) for n in lens)].tolist()
+        table.zero_()  # padding rows: vLLM's null block 0
+        for b, n in enumerate(lens):
+            k = -(-n // ps)
+            table[b, :k] = torch.tensor(pages[:k], dtype=torch.int32)
+            pages = pages[k:]
+        seq_lens.zero_()
+        seq_lens[:real] = torch.tensor(lens, dtype=torch.int32)
+        qsl.zero_()
+        qsl[1 : real + 1] = torch.arange(1, real + 1, dtype=torch.int32)
+        qsl[real + 1 : batch + 1] = real
+        live_k.normal_()
+        live_v.copy_(torch.randn(live_v.shape, device=CUDA).to(V8))
+        q.normal_()
+        replanned = plan(lens).plan_info
+        assert (replanned.config, replanned.grid) == (captured.plan_info.config, captured.plan_info.grid), (
+            "a step's plan differs from the captured launch: the graph would replay another variant than planned"
+        )
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        kv_indptr, kv_indices, last = block_table_to_indptr(table[:real], seq_lens[:real], ps)
+        ref = reference_attention(q[:real], ck, cv, live_k, live_v, qsl[: real + 1], kv_indptr, kv_indices, last,
+                                  cartridge_v_scale=cv_scale, live_v_scale=lv_scale, causal=True)  # fmt: skip
+        got = out[:real]
+        assert not torch.isnan(got).any(), f"step {step}: NaN in a real request's row"
+        torch.testing.assert_close(got.float(), ref, rtol=RTOL, atol=RTOL)
+        assert float((got.float() - ref).norm() / ref.norm()) < REL_L2_MAX
+        assert int(ws.split_count.abs().sum()) == 0, "split arrival counters not re-armed after a replay"

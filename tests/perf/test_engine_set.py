@@ -1,4 +1,4 @@
-"""The engine implementation set's measurement loop and the four-layout summary, with a fake engine (no GPU)."""
+"""The engine implementation set's measurement loop and the layout summary, with a fake engine (no GPU)."""
 
 from __future__ import annotations
 
@@ -42,21 +42,26 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, test_seed: int):
     def build_llm(layout, cartridge, cartridge_len, settings, seed=0):
         assert Path(cartridge).exists()
         engines[layout.name] = FakeEngine(speed=2.0 if layout.mode == "shared" else 1.0)
+        engines[layout.name].prefix_caching = layout.prefix_caching
         return engines[layout.name]
 
     def run_batch(llm, prompts, max_tokens):
         llm.batches.append(prompts)
         wall = len(prompts) * max_tokens / (100.0 * llm.speed) * (1 + 0.01 * rng.random())
-        return BatchTiming(wall_s=wall, output_tokens=len(prompts) * max_tokens, ttft_s=[wall / 3] * len(prompts))
+        # A prefix cache serves the cartridge's full blocks (16 tokens = 2 blocks of 8) once it has seen them.
+        hit = 16 if getattr(llm, "prefix_caching", False) and len(llm.batches) > 1 else 0
+        return BatchTiming(wall_s=wall, output_tokens=len(prompts) * max_tokens, ttft_s=[wall / 3] * len(prompts),
+                           cached_prompt_tokens=[hit] * len(prompts))  # fmt: skip
 
     monkeypatch.setattr(engine_set, "build_llm", build_llm)
     monkeypatch.setattr(engine_set, "run_batch", run_batch)
+    monkeypatch.setattr(engine_set, "cudagraph_mode", lambda llm: "FULL_AND_PIECEWISE")
     monkeypatch.setattr(engine_set, "kv_capacity", lambda llm: {"num_gpu_blocks": 100, "block_size": 8, "tokens": 800})
     monkeypatch.setenv(engine_set.RUNS_DIR_ENV, str(tmp_path / "runs"))
     return engines
 
 
-def _request(layout: str, seed: int = 3) -> WorkRequest:
+def _request(layout: str, seed: int = 3, process: int = 0) -> WorkRequest:
     impl = default_implementations().get_set("engine")
     return WorkRequest(
         implementation_set="engine",
@@ -66,6 +71,7 @@ def _request(layout: str, seed: int = 3) -> WorkRequest:
         shape=SHAPE,
         timing={"warmups": 2, "repetitions": 4},
         seed=seed,
+        process=process,
     )
 
 
@@ -79,10 +85,41 @@ def test_measure_sends_exact_shapes_and_records_cells(fake_vllm, tmp_path: Path)
     assert len({tuple(b[0]) for b in eng.batches}) == len(eng.batches)
     cell = result.cell("output_tokens_per_s", 4, 5)
     assert len(cell.samples) == 4 and all(s == pytest.approx(100.0, rel=0.02) for s in cell.samples)
-    assert cell.detail["admitted_concurrency"] == min(64, 800 // (16 + 5 + 3))
+    # 16 + 5 + 3 = 24 tokens: 3 whole blocks of 8 per request.
+    assert cell.detail["kv_tokens_per_request"] == 24 and cell.detail["admitted_concurrency"] == 800 // 24 == 33
+    assert cell.method == "vllm LLM.generate, CUDA graphs (FULL_AND_PIECEWISE)"
     assert result.cell("ttft_p50_ms", 1, 5).samples[0] > 0
-    saved = WorkResult.model_validate_json((tmp_path / "runs" / "bf16-inject.json").read_text())
+    saved = WorkResult.model_validate_json((tmp_path / "runs" / "bf16-inject.p0.json").read_text())
     assert saved.cells == result.cells
+
+
+@pytest.mark.parametrize(
+    ("layout", "own", "shared"),
+    [("bf16-inject", 24, 0), ("bf16-prefix-cached", 8, 16), ("shared-k16v8", 8, 0)],
+)
+def test_kv_tokens_count_whole_blocks_and_what_is_shared(layout: str, own: int, shared: int) -> None:
+    # cartridge 16 (2 blocks of 8) + 5 question + 3 generated tokens
+    assert engine_set.kv_tokens(LAYOUTS[layout], 16, 8, 8) == (own, shared)
+    # A cartridge that ends inside a block: that block is the request's own under prefix caching.
+    assert engine_set.kv_tokens(LAYOUTS["bf16-prefix-cached"], 20, 8, 8) == (16, 16)
+
+
+def test_prefix_cached_layout_shares_the_cartridge_or_fails(fake_vllm, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = engine_set.measure(_request("bf16-prefix-cached"))
+    cell = result.cell("output_tokens_per_s", 4, 5)
+    assert cell.detail["cached_prompt_tokens_per_request"] == [16] * 4
+    assert cell.detail["kv_tokens_shared"] == 16 and cell.detail["requests_that_fit"] == (800 - 16) // 8
+    assert cell.detail["admitted_concurrency"] == 64  # max_num_seqs
+    # The same layout with no cache hits is per-request injection under another name: refused.
+    real_run = engine_set.run_batch
+
+    def no_hits(llm, prompts, max_tokens):
+        t = real_run(llm, prompts, max_tokens)
+        return BatchTiming(t.wall_s, t.output_tokens, t.ttft_s, [0] * len(prompts))
+
+    monkeypatch.setattr(engine_set, "run_batch", no_hits)
+    with pytest.raises(RuntimeError, match="not shared"):
+        engine_set.measure(_request("bf16-prefix-cached"))
 
 
 def test_shared_prompts_carry_only_the_question(fake_vllm) -> None:
@@ -91,19 +128,34 @@ def test_shared_prompts_carry_only_the_question(fake_vllm) -> None:
     assert all(len(p) == 5 for p in prompts)
 
 
-def test_summary_table_has_deltas_against_both_references(fake_vllm, tmp_path: Path) -> None:
-    for name in ("bf16-inject", "global-fp8", "shared-k16v8", "shared-k16v8-live-fp8"):
+def test_summary_table_has_deltas_against_the_prefix_cached_references(fake_vllm, tmp_path: Path) -> None:
+    for process in range(3):
+        for name in ("bf16-prefix-cached", "fp8-prefix-cached", "bf16-inject", "shared-k16v8"):
+            engine_set.measure(_request(name, seed=3 + process, process=process))
+    runs = engine_summary.load_runs(tmp_path / "runs")
+    assert [r.process for r in runs["shared-k16v8"]] == [0, 1, 2]
+    rows = engine_summary.summarize(runs)
+    shared = next(r for r in rows if r["layout"] == "shared-k16v8" and r["batch"] == 4)
+    assert shared["processes"] == 3 and shared["repetitions"] == 12
+    assert shared["tok_s_vs_bf16-prefix-cached"]["ratio"] == pytest.approx(2.0, rel=0.03)
+    assert shared["tok_s_vs_bf16-prefix-cached"]["method"] == "process-t"
+    assert shared["ttft_p50_vs_fp8-prefix-cached"]["ratio"] == pytest.approx(0.5, rel=0.03)
+    assert "tok_s_vs_bf16-inject" not in shared  # two reference columns: the prefix-cached ones
+    cached = next(r for r in rows if r["layout"] == "bf16-prefix-cached")
+    assert "tok_s_vs_bf16-prefix-cached" not in cached
+    table = engine_summary.render(rows)
+    assert table.count("\n") == 1 + len(rows) and "tok/s vs bf16-prefix-cached" in table
+    assert shared["requests_that_fit"] == 800 // 8
+    json.dumps(rows)
+
+
+def test_summary_ci_falls_back_to_the_bootstrap_with_one_process(fake_vllm, tmp_path: Path) -> None:
+    for name in ("bf16-inject", "shared-k16v8"):
         engine_set.measure(_request(name))
     rows = engine_summary.summarize(engine_summary.load_runs(tmp_path / "runs"))
-    shared = next(r for r in rows if r["layout"] == "shared-k16v8" and r["batch"] == 4)
-    assert shared["tok_s_vs_bf16-inject"]["ratio"] == pytest.approx(2.0, rel=0.03)
-    assert shared["ttft_p50_vs_global-fp8"]["ratio"] == pytest.approx(0.5, rel=0.03)
-    inject = next(r for r in rows if r["layout"] == "bf16-inject")
-    assert "tok_s_vs_bf16-inject" not in inject
-    table = engine_summary.render(rows)
-    assert table.count("\n") == 1 + len(rows)
-    assert shared["requests_that_fit"] == 800 // (5 + 3)
-    json.dumps(rows)
+    shared = next(r for r in rows if r["layout"] == "shared-k16v8")
+    assert shared["tok_s_vs_bf16-inject"]["method"] == "flat"
+    assert "(flat)" in engine_summary.render(rows)
 
 
 def test_engine_set_lists_every_serving_layout() -> None:

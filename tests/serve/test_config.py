@@ -300,6 +300,15 @@ def test_engine_kwargs_inject_pass_check_engine(architecture: str) -> None:
     assert serving_config(kw["additional_config"]) == cfg
 
 
+def test_engine_kwargs_inject_with_prefix_caching_shares_the_cartridge_blocks() -> None:
+    cfg = config("inject", cartridge_len=20 + random.randrange(600))
+    kw = engine_kwargs(cfg, "Qwen3ForCausalLM", prefix_caching=True, **copy.deepcopy(BASE))
+    assert kw["enable_prefix_caching"] is True and kw["kv_transfer_config"]["kv_connector"] == CONNECTOR_CLASS
+    check_engine(cfg, facts_from_kwargs(kw, "Qwen3ForCausalLM"))
+    with pytest.raises(CartridgeServingError, match="enable_prefix_caching"):
+        engine_kwargs(config("shared"), "Qwen3ForCausalLM", prefix_caching=True, model="m")
+
+
 def test_engine_kwargs_shared_refuses_unwrapped_architectures_and_bad_lengths() -> None:
     with pytest.raises(CartridgeServingError, match="MistralForCausalLM"):
         engine_kwargs(config("shared"), "MistralForCausalLM", model="m")

@@ -21,8 +21,10 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import torch
+from vllm.config.compilation import CUDAGraphMode
 
 H_Q, H_KV, D, T_C, BS, LAYERS = 4, 2, 64, 16, 8, 2
+MAX_MODEL_LEN = 64
 NAMES = [f"model.layers.{i}.self_attn.attn" for i in range(LAYERS)]
 
 
@@ -36,6 +38,11 @@ def vllm_config(mode: str, path: Path, live_v: str = "bfloat16") -> SimpleNamesp
             get_head_size=lambda: D,
             dtype=torch.bfloat16,
             disable_cascade_attn=mode == "shared",
+            max_model_len=MAX_MODEL_LEN,
+        ),
+        scheduler_config=SimpleNamespace(max_num_seqs=4),
+        compilation_config=SimpleNamespace(
+            cudagraph_mode=CUDAGraphMode.FULL_AND_PIECEWISE, max_cudagraph_capture_size=4
         ),
         cache_config=SimpleNamespace(block_size=BS, cache_dtype="auto", enable_prefix_caching=False),
         attention_config=SimpleNamespace(backend=SimpleNamespace(name="CUSTOM") if mode == "shared" else None),
@@ -80,10 +87,13 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device
     n_blocks = 12
     raw = [torch.full((n_blocks, BS, H_KV, 2 * D), float("nan"), dtype=torch.bfloat16, device=dev) for _ in NAMES]
     kv = [r.permute(0, 2, 1, 3) for r in raw]  # logical (blocks, H_kv, block, 2D), NHD in memory
-    table = torch.tensor([[7, 2, 0, 0], [4, 9, 0, 0], [0, 0, 0, 0]], dtype=torch.int32, device=dev)
+    # Rows 2 and 3: padding requests of a graph replay (vLLM points them at its null block 0).
+    table = torch.tensor([[7, 2, 0, 0], [4, 9, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.int32, device=dev)
     live_k = [[[] for _ in range(2)] for _ in NAMES]
     live_v_hist = [[[] for _ in range(2)] for _ in NAMES]
-    for q_lens, start in (([5, 3], [0, 0]), ([1, 1], [5, 3])):
+    # (query lengths, live tokens before the step, padding requests): a prefill, a decode step, and a decode step
+    # padded to a captured graph's batch of 4 as a full CUDA graph replay gives it.
+    for q_lens, start, pad in (([5, 3], [0, 0], 0), ([1, 1], [5, 3], 0), ([1, 1], [6, 4], 2)):
         seq = [s + q for s, q in zip(start, q_lens, strict=True)]
         qsl = torch.tensor([0, *torch.tensor(q_lens).cumsum(0).tolist()], dtype=torch.int32)
         slots = []
@@ -91,28 +101,40 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device
             for pos in range(s, s + q):
                 slots.append(int(table[b, pos // BS]) * BS + pos % BS)
         n = int(qsl[-1])
+        qsl = torch.cat([qsl, torch.full((pad,), n, dtype=torch.int32)])
         m = CommonAttentionMetadata(
             query_start_loc=qsl.to(dev),
             query_start_loc_cpu=qsl.clone(),
-            seq_lens=torch.tensor(seq, dtype=torch.int32, device=dev),
-            num_reqs=2,
-            num_actual_tokens=n,
+            seq_lens=torch.tensor(seq + [0] * pad, dtype=torch.int32, device=dev),
+            num_reqs=2 + pad,
+            num_actual_tokens=n + pad,
             max_query_len=max(q_lens),
             max_seq_len=max(seq),
-            block_table_tensor=table[:2],
-            slot_mapping=torch.tensor([*slots, -1, -1], dtype=torch.int64, device=dev),
+            block_table_tensor=table[: 2 + pad],
+            slot_mapping=torch.tensor([*slots, *[-1] * pad, -1, -1], dtype=torch.int64, device=dev),
         )
         md = builder.build(0, m)
+        plan = md.attn.plan_info
+        decode = max(q_lens) == 1
+        if (plan.mode, plan.max_live, md.num_rows) != (
+            ("decode", MAX_MODEL_LEN, n + pad) if decode else ("prefill", max(seq), n)
+        ):
+            fail(f"step {q_lens}+{pad} padding: planned {plan.mode}, bound {plan.max_live}, {md.num_rows} rows")
+        if (
+            md.attn.plan_info.tensors["kv_indptr"].data_ptr()
+            != builder.workspace.row_starts(table.stride(0), 2).data_ptr()
+        ):
+            fail("the plan's page-list offsets are not the builder's persistent workspace")
         for li, name in enumerate(NAMES):
-            q = torch.randn(n + 2, H_Q, D, generator=gen).bfloat16()
-            k = torch.randn(n + 2, H_KV, D, generator=gen).bfloat16()
-            v = torch.randn(n + 2, H_KV, D, generator=gen)
+            q = torch.randn(n + pad + 2, H_Q, D, generator=gen).bfloat16()
+            k = torch.randn(n + pad + 2, H_KV, D, generator=gen).bfloat16()
+            v = torch.randn(n + pad + 2, H_KV, D, generator=gen)
             if live_v == "fp8_e4m3":
                 # Values FP8 represents exactly (after the 0.5 scale): the interpreter's float->FP8 rounding is
                 # wrong for some inputs (a Triton bug), so this CPU check avoids rounding altogether.
                 v = (v * 2).to(torch.float8_e4m3fn).float() * 0.5
             v = v.bfloat16()
-            out = torch.full((n + 2, H_Q, D), float("nan"), dtype=torch.bfloat16, device=dev)
+            out = torch.full((n + pad + 2, H_Q, D), float("nan"), dtype=torch.bfloat16, device=dev)
             layer = SimpleNamespace(layer_name=name, _v_scale_float=0.5)
             impl.forward(layer, q.to(dev), k.to(dev), v.to(dev), kv[li], md, out)
             row = 0
@@ -141,9 +163,36 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device
                         if not err < 2e-2:
                             fail(f"shared live_v={live_v} layer {li} request {b} query {t} head {h}: rel err {err:.3g}")
                 row += ql
-            if not torch.isnan(out[n:]).all():
-                fail("rows beyond the scheduled tokens were written")
-    print(f"shared ({live_v} live V): prefill + decode match the fp32 reference")
+            if torch.isnan(out[n : n + pad]).any():
+                fail("a padding request's row was not written (its graph replay would leave garbage)")
+            if not torch.isnan(out[n + pad :]).all():
+                fail("rows beyond the scheduled tokens and padding requests were written")
+    print(f"shared ({live_v} live V): prefill, decode and padded decode match the fp32 reference")
+
+
+def check_positions(gen: torch.Generator, dev: torch.device) -> None:
+    """vLLM's own rotary embedding, shifted as the Cartridge* models shift it: position p rotates as p + T_C."""
+    from torch import nn
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.rotary_embedding import get_rope
+
+    from qualify.serve.rope_shift import shift_rotary_positions
+
+    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device=dev))), torch.device(dev):
+        rope = get_rope(D, max_position=4 * MAX_MODEL_LEN, rope_parameters={"rope_theta": 1e6}, dtype=torch.float32)
+        holders = nn.ModuleList([nn.Module() for _ in range(LAYERS)])
+        for h in holders:
+            h.rotary_emb = rope
+        shift_rotary_positions(holders, T_C, MAX_MODEL_LEN)
+        pos = torch.randint(0, MAX_MODEL_LEN, (19,), generator=gen).to(dev)
+        q = torch.randn(19, H_Q * D, generator=gen).to(dev)
+        k = torch.randn(19, H_KV * D, generator=gen).to(dev)
+        want_q, want_k = rope(pos + T_C, q.clone(), k.clone())
+        for h in holders:
+            got_q, got_k = h.rotary_emb(pos, q.clone(), k.clone())
+            if not (torch.equal(got_q, want_q) and torch.equal(got_k, want_k)):
+                fail("shifted rotary embedding: position p does not rotate as p + cartridge_len")
+    print("positions: vLLM's rotary embedding, shifted, rotates p as p + cartridge_len")
 
 
 def check_inject(tmp: Path, gen: torch.Generator, dev: torch.device) -> None:
@@ -219,6 +268,7 @@ def main() -> int:
         check_shared(Path(tmp), "bfloat16", gen, dev)
         check_shared(Path(tmp), "fp8_e4m3", gen, dev)
         check_inject(Path(tmp), gen, dev)
+    check_positions(gen, dev)
     print("OK")
     return 0
 

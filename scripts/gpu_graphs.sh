@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Issue 16 on the SM90 host (project root): the shared path in vLLM's default mode (torch.compile + CUDA graphs)
+# against prefix-cached serving. Calls back to back (the host keeps /tmp only while it stays up):
+#
+#   bash scripts/gpu_graphs.sh kernels   (carry .gpu)  the kernel's GPU tests (CUDA-graph replay of a plan over
+#        persistent buffers, padded decode, block-table planning) and the Qwen3-8B numerics envelope cells, signed
+#        (also fills the Triton cache the engine run's numerics cells reuse)
+#   bash scripts/gpu_graphs.sh stage N   (carry .vllm/N, .vllm/MANIFEST, .vllm/stage.sh)   N = 1, 2
+#   bash scripts/gpu_graphs.sh checks    (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh)
+#        stage part 3, install vLLM; the glue check against vLLM's classes (compiled kernel); the agreement tests
+#        in graph mode (tests/serve/test_vllm_e2e.py); then, in the background, ONE signed run of the numerics
+#        envelope cells and gates/engine.yaml (3 processes per layout), so that its coverage table pairs every
+#        variant the engines dispatched with the cells that qualified it
+#   bash scripts/gpu_graphs.sh engine    wait for that run (ENGINE_WAIT_S), then the layout table and the run's
+#        files; with PROFILE="layout ...", batch-64 profiles of those layouts after the run
+# Everything comes back under $OUT (logs, one tar.gz per step).
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+step=${1:?usage: gpu_graphs.sh kernels | stage N | checks | engine}
+WORK=/tmp/graphs-work
+mkdir -p "$WORK"
+export PYTHONUNBUFFERED=1
+source scripts/gpu_lib.sh
+ENVELOPE="numerics-envelope-decode or numerics-envelope-prefill"
+
+case $step in
+kernels)
+  {
+    source .gpu/setup.sh
+    nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+    install; keys
+    log "kernel GPU tests: graph replay, padded decode, block-table planning, the kernel's own"
+    timeout 240 python3 -m pytest -q -m "gpu or kernel" -rs -p no:cacheprovider tests/kernels/test_serving_paths_gpu.py \
+      tests/kernels/test_plan_block_table.py tests/kernels/test_cartridge_attn_gpu.py 2>&1 | tail -n 8
+    log "numerics envelope cells (Qwen3-8B attention), signed"
+    rm -rf "$WORK/numerics"
+    SECONDS=0
+    timeout ${NUMERICS_TIMEOUT_S:-300} python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
+      gates/kernel_numerics.yaml -k "$ENVELOPE" --out "$WORK/numerics" --name numerics-envelope-h200 \
+      --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/numerics.log" 2>&1
+    echo "exit $? wall ${SECONDS} s"
+    tail -n 12 "$WORK/numerics.log"
+  } 2>&1 | tee "$OUT/kernels.log"
+  tar -C "$WORK" -czf "$OUT/kernels.tar.gz" numerics numerics.log keys/signing-key.pub.pem 2>/dev/null
+  ;;
+stage)
+  bash .vllm/stage.sh "${2:?part number}"
+  ;;
+checks)
+  {
+    bash .vllm/stage.sh 3 || exit 1
+    vllm_env || exit 1
+    keys
+    log "glue check against vLLM's classes (compiled kernel)"
+    timeout 200 python3 -m pytest -q -rs -p no:cacheprovider tests/serve/test_vllm_glue.py 2>&1 | tail -n 4
+    log "agreement in graph mode: prefix-cached reference, injection, shared K16/V16 and K16/V8"
+    SECONDS=0
+    QUALIFY_E2E_OUT=$WORK/e2e timeout ${E2E_TIMEOUT_S:-400} python3 -m pytest tests/serve/test_vllm_e2e.py -q -rs \
+      -p no:cacheprovider 2>&1 | tail -n 25
+    echo "agreement wall ${SECONDS} s"
+    log "numerics envelope + engine gate: started in the background (collected by the 'engine' step)"
+    rm -rf "$WORK/engine" "$WORK/engine_runs"
+    QUALIFY_ENGINE_RUNS_DIR=$WORK/engine_runs setsid nohup python3 -c \
+      'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml gates/engine.yaml \
+      -k "$ENVELOPE or engine-" --out "$WORK/engine" --name engine-graphs-h200 --non-release \
+      --sign-key "$WORK/keys/signing-key.pem" -- -v >"$WORK/engine.log" 2>&1 &
+    echo $! >"$WORK/engine.pid"
+  } 2>&1 | tee "$OUT/checks.log"
+  tar -C "$WORK" -czf "$OUT/checks.tar.gz" e2e 2>/dev/null
+  ;;
+engine)
+  vllm_env >/dev/null 2>&1
+  if ! wait_for "$WORK/engine.pid" "${ENGINE_WAIT_S:-560}"; then
+    echo "engine run still running: $(ls "$WORK/engine_runs" 2>/dev/null | tr '\n' ' ')"
+    grep -E "PASSED|FAILED|SKIPPED|ERROR" "$WORK/engine.log" | tail -n 5
+    exit 0
+  fi
+  tail -n 45 "$WORK/engine.log"
+  qualify serve-summary "$WORK/engine_runs" --out "$WORK/engine_summary.json" | tee "$WORK/engine_summary.md"
+  for lay in ${PROFILE:-}; do
+    log "profile $lay b64 (graph mode)"
+    timeout 150 python3 scripts/profile_step.py --layout "$lay" --batch 64 --out "$WORK/profile" 2>&1 |
+      grep -E "^(==|  host|  gpu)|Error|error"
+  done
+  tar -C "$WORK" -czf "$OUT/engine.tar.gz" engine engine_runs engine.log engine_summary.json engine_summary.md \
+    profile keys/signing-key.pub.pem 2>/dev/null
+  ;;
+*)
+  echo "unknown step $step"; exit 2
+  ;;
+esac

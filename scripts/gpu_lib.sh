@@ -1,0 +1,34 @@
+# Shell helpers of the GPU host scripts (source it from the project root after setting WORK).
+#   log MSG        a timestamped progress line
+#   install        the project, editable, without dependencies (the host has no registry): vLLM finds its general
+#                  plugin, and qualify its gate kinds, through the project's entry points
+#   qualify ARGS   the CLI of this checkout
+#   keys           a throw-away signing key in $WORK/keys, made once per host
+#   vllm_env       vLLM from the staged parts (.vllm/setup.sh), the project, and cryptography for signing
+log() { echo "=== $(date +%T) $*"; }
+install() { python3 -m pip show -q cartridge-qualify >/dev/null 2>&1 ||
+  python3 -m pip install -q --no-build-isolation --no-deps -e . -e tests/plugins/qualify_fake_kind; }
+qualify() { python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' "$@"; }
+keys() { [[ -f $WORK/keys/signing-key.pem ]] || qualify keygen --out "$WORK/keys" >/dev/null; }
+vllm_env() {
+  source .vllm/setup.sh || return 1
+  install || return 1
+  # Signing needs cryptography, which the image lacks: reuse the copy a .gpu call unpacked into /tmp/gpu-site
+  # (not the whole of it: its FlashInfer is not the version this vLLM expects).
+  if [[ -d /tmp/gpu-site/cryptography && ! -d /tmp/sign-site/cryptography ]]; then
+    mkdir -p /tmp/sign-site
+    (cd /tmp/gpu-site && cp -r cryptography cryptography-*.dist-info cffi cffi-*.dist-info _cffi_backend*.so \
+      pycparser pycparser-*.dist-info /tmp/sign-site/ 2>/dev/null)
+  fi
+  export PYTHONPATH="$PYTHONPATH:/tmp/sign-site"
+}
+# wait_for PIDFILE SECONDS: wait until the process in PIDFILE has ended or SECONDS passed; 0 when it has ended
+wait_for() {
+  local pid
+  pid=$(cat "$1" 2>/dev/null)
+  for _ in $(seq 1 "$2"); do
+    [[ -n $pid ]] && kill -0 "$pid" 2>/dev/null || return 0
+    sleep 1
+  done
+  ! kill -0 "$pid" 2>/dev/null
+}
