@@ -3,7 +3,7 @@ serving agrees with the cartridge shared through vLLM's prefix cache, what users
 
 Each layout runs in its own process (`qualify serve-agreement generate`): a small Qwen3 with seeded
 weights, the same random 632-position cartridge and the same questions; 8 prompts decode together, so decode
-steps replay a whole captured graph. The reference is `bf16-prefix-cached` (FA3, the cartridge injected once and
+steps replay the whole graph captured for 16 requests, 8 of them padding. The reference is `bf16-prefix-cached` (FA3, the cartridge injected once and
 its blocks served from the prefix cache to every recorded prompt; checked). Checks: per-request injection
 generates the reference's tokens (the baseline itself); greedy tokens of `shared` with a BF16 cartridge V equal
 the reference's (ties below 0.1 nats excepted, see qualify.serve.agreement) and their log-probabilities agree
