@@ -1,13 +1,13 @@
 """End to end in vLLM 0.26 on an SM90 GPU, in vLLM's default mode (torch.compile + CUDA graphs): shared-cartridge
 serving agrees with the cartridge shared through vLLM's prefix cache, what users run today.
 
-Each layout runs in its own process (`qualify serve-agreement generate`): a small Qwen3 with seeded
-weights, the same random 632-position cartridge and the same questions; 8 prompts decode together, so decode
-steps replay the whole graph captured for 16 requests, 8 of them padding. The reference is `bf16-prefix-cached` (FA3, the cartridge injected once and
-its blocks served from the prefix cache to every recorded prompt; checked). Checks: per-request injection
-generates the reference's tokens (the baseline itself); greedy tokens of `shared` with a BF16 cartridge V equal
-the reference's (ties below 0.1 nats excepted, see qualify.serve.agreement) and their log-probabilities agree
-within 0.02 nats on average; with the FP8 cartridge V (K16/V8) the log-probability of the reference's tokens
+Each layout runs in its own process (`qualify serve-agreement generate`): a small Qwen3 with seeded weights, the
+same random 632-position cartridge and the same questions; 8 prompts decode together, so decode steps replay the
+whole graph captured for 16 requests, 8 of them padding. The reference is `bf16-prefix-cached` (FA3, the cartridge
+injected once and its blocks served from the prefix cache to every recorded prompt; checked). Checks: per-request
+injection generates the reference's tokens (the baseline itself); greedy tokens of `shared` with a BF16 cartridge V
+equal the reference's (ties below 0.1 nats excepted, see qualify.serve.agreement) and their log-probabilities
+agree within 0.02 nats on average; with the FP8 cartridge V (K16/V8) the log-probability of the reference's tokens
 stays within 0.1 nats on average.
 """
 
