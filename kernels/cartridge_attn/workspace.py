@@ -55,6 +55,8 @@ class DecodeWorkspace:
         self.num_kv_heads = num_kv_heads
         self.head_dim = head_dim
         self.device = torch.device(device)
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", torch.cuda.current_device())
         # The largest state any default decode configuration inside the bounds asks for; fewer live keys never
         # split into more ranges, so the bound's configurations are the largest ones.
         rows = ml = 1
