@@ -112,7 +112,8 @@ def test_cuda_graph_of_a_plan_replays_later_batches(real: int, pad: int) -> None
 
     h_q, h_kv, d, ps, t_c, bound, max_batch = 32, 8, 128, 8, 632, 2048, 64
     batch = real + pad
-    width, pool = bound // ps, 2048
+    width = bound // ps
+    pool = max_batch * width  # room for every request at the bound
     qsl = torch.zeros(max_batch + 1, dtype=torch.int32, device=CUDA)
     seq_lens = torch.zeros(max_batch, dtype=torch.int32, device=CUDA)
     table = torch.zeros(max_batch, width, dtype=torch.int32, device=CUDA)
