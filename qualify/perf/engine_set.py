@@ -180,8 +180,8 @@ def measure(request: WorkRequest) -> WorkResult:
         resolved = read_dispatch_notes(log).get("cudagraph_mode")
         if resolved:
             graphs = ", ".join(resolved)
-            for c in cells:
-                c.method = f"vllm LLM.generate, {'eager' if settings.enforce_eager else f'CUDA graphs ({graphs})'}"
+            method = f"vllm LLM.generate, {'eager' if settings.enforce_eager else f'CUDA graphs ({graphs})'}"
+            cells = [c.model_copy(update={"method": method}) for c in cells]
         gpu: dict[str, Any] = {"kv_cache": capacity, "engine_startup_s": startup_s, "cudagraph_mode": graphs}
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
