@@ -54,7 +54,7 @@ checks)
     keys
     log "glue check against vLLM's classes (compiled kernel); the kernel's CUDA-graph replay test"
     timeout 240 python3 -m pytest -q -rs -p no:cacheprovider tests/serve/test_vllm_glue.py \
-      tests/kernels/test_serving_paths_gpu.py -k "glue or cuda_graph" 2>&1 | tail -n 4
+      tests/kernels/test_serving_paths_gpu.py -k "glue or cuda_graph" 2>&1 | tail -n 40
     log "agreement in graph mode: prefix-cached reference, injection, shared K16/V16 and K16/V8"
     SECONDS=0
     QUALIFY_E2E_OUT=$WORK/e2e timeout ${E2E_TIMEOUT_S:-400} python3 -m pytest tests/serve/test_vllm_e2e.py -q -rs \

@@ -7,7 +7,8 @@ sends `batch` prompts at once (`suffix` question tokens after the cartridge, as 
 batches of exactly that shape, then `repetitions` timed ones. Samples per repetition: output tokens/s of the
 batch and the median / p95 of its requests' TTFT (vLLM's request metrics). Fresh questions per batch, so
 nothing but the cartridge is ever reused; a prefix-cached layout must show its cartridge blocks served from the
-cache in every timed batch, or the worker fails (it would be measuring per-request injection under another name).
+cache in every timed batch (the inject connector logs what the cache held for each request), or the worker fails:
+it would be measuring per-request injection under another name.
 
 With ``QUALIFY_ENGINE_RUNS_DIR`` set, each worker also writes its result there as ``<layout>.p<process>.json``.
 """
@@ -28,7 +29,13 @@ import torch
 from qualify.perf.gpu_info import device_facts, read_clocks, versions
 from qualify.perf.spec import Cell, WorkRequest, WorkResult
 from qualify.serve.config import Mode
-from qualify.serve.dispatch_log import DISPATCH_LOG_ENV, read_dispatch_log, read_dispatch_notes
+from qualify.serve.dispatch_log import (
+    CACHED_EVENT,
+    DISPATCH_LOG_ENV,
+    read_dispatch_events,
+    read_dispatch_log,
+    read_dispatch_notes,
+)
 from qualify.serve.engine import (
     BatchTiming,
     build_llm,
@@ -75,16 +82,24 @@ def kv_tokens(lay: ServingLayout, cartridge_len: int, prompt_and_output: int, bl
     return (blocks - shared) * block_size, shared * block_size
 
 
-def _check_cache_hits(lay: ServingLayout, runs: list[BatchTiming], cartridge_len: int, block_size: int) -> None:
+def _cached_positions(log: Path, batch: int, timed: Any) -> tuple[BatchTiming, list[int]]:
+    """Run one batch (`timed()`), and the cartridge positions the prefix cache held for each of its requests, as
+    the inject connector saw them (vLLM's own per-request count adds the connector's positions to the cache's)."""
+    before = len(read_dispatch_events(log, CACHED_EVENT))
+    result = timed()
+    return result, [int(v) for v in read_dispatch_events(log, CACHED_EVENT)[before:]]
+
+
+def _check_cache_hits(lay: ServingLayout, batch: int, cached: list[int], cartridge_len: int, block_size: int) -> None:
     if not lay.prefix_caching:
         return
     want = (cartridge_len // block_size) * block_size
-    short = [min(r.cached_prompt_tokens) for r in runs if min(r.cached_prompt_tokens) < want]
-    if short:
+    if len(cached) < batch or min(cached) < want:
+        seen = f"{min(cached)} cartridge positions" if cached else "no cartridge prompt"
         raise RuntimeError(
-            f"layout {lay.name}: a timed batch had a request with {short[0]} prompt tokens from the prefix cache, "
-            f"fewer than the cartridge's {want} in full blocks: the cartridge was not shared, so this is not the "
-            "prefix-cached baseline"
+            f"layout {lay.name}: in a timed batch of {batch} the connector saw {len(cached)} cartridge prompts, the "
+            f"least cached with {seen} from the prefix cache, not the cartridge's {want} in full blocks: the "
+            "cartridge was not shared, so this is not the prefix-cached baseline"
         )
 
 
@@ -154,8 +169,12 @@ def measure(request: WorkRequest) -> WorkResult:
 
                 for _ in range(timing.warmups):
                     run_batch(llm, prompts(), gen)
-                runs = [run_batch(llm, prompts(), gen) for _ in range(timing.repetitions)]
-                _check_cache_hits(lay, runs, shape.cartridge_len, capacity["block_size"])
+                runs, cached = [], []
+                for _ in range(timing.repetitions):
+                    result, hits = _cached_positions(log, batch, lambda: run_batch(llm, prompts(), gen))
+                    _check_cache_hits(lay, batch, hits, shape.cartridge_len, capacity["block_size"])
+                    runs.append(result)
+                    cached.append(min(hits) if hits else 0)
                 fit = (capacity["tokens"] - shared_once) // own
                 detail = {
                     "requests_per_s": [r.requests_per_s for r in runs],
@@ -163,6 +182,9 @@ def measure(request: WorkRequest) -> WorkResult:
                     "ttft_p95_ms": [r.ttft_quantile_ms(0.95) for r in runs],
                     "wall_ms": [r.wall_s * 1e3 for r in runs],
                     "prompt_tokens_per_request": (shape.cartridge_len if lay.mode is Mode.INJECT else 0) + suffix,
+                    # per repetition, the least of its requests: cartridge positions from vLLM's prefix cache, and
+                    # prompt tokens vLLM reports as cached (the prefix cache's and the connector's together)
+                    "cartridge_positions_cached": cached,
                     "cached_prompt_tokens_per_request": [min(r.cached_prompt_tokens) for r in runs],
                     "kv_tokens_per_request": own,
                     "kv_tokens_shared": shared_once,

@@ -23,6 +23,7 @@ from vllm.distributed.kv_transfer.kv_connector.v1.base import (
 )
 
 from qualify.serve.config import CartridgeServingError, Mode, checked_serving, layer_order
+from qualify.serve.dispatch_log import CACHED_EVENT, DispatchLog
 from qualify.serve.plugin import require_supported_vllm
 from qualify.serve.store import LayerCartridge, load_layers
 
@@ -55,6 +56,7 @@ class CartridgeInjectConnector(KVConnectorBase_V1):
         self._cfg, self._facts = checked_serving(vllm_config, Mode.INJECT, "CartridgeInjectConnector")
         self._block_size = self._facts.block_size
         self._pending: list[_Load] = []
+        self._log = DispatchLog()  # a measurement reads which cartridge positions the prefix cache served
         self._kv: dict[str, torch.Tensor] = {}
         self._layers: list[LayerCartridge] | None = None
         self._layer_of: dict[str, int] = {}
@@ -81,6 +83,8 @@ class CartridgeInjectConnector(KVConnectorBase_V1):
                 f"(id {self._cfg.placeholder_token_id}) and has {len(tokens)} tokens; a cartridge prompt is "
                 f"exactly {n} placeholders followed by at least one real token"
             )
+        # num_computed_tokens: what vLLM's own prefix cache already holds of this prompt (whole blocks).
+        self._log.event(CACHED_EVENT, str(min(num_computed_tokens, n)))
         return max(0, n - num_computed_tokens), False
 
     def update_state_after_alloc(self, request: Request, blocks: KVCacheBlocks, num_external_tokens: int) -> None:

@@ -5,7 +5,9 @@ perf worker that started the engine. Each metadata builder appends every special
 first time to the file named by ``QUALIFY_DISPATCH_LOG`` (one key per line); the worker reads the file after its
 timed batches. Keys come from the kernel's own plan (`cartridge_attn.dispatch.specialization_of`). Lines that
 start with ``#`` are facts about the engine core the worker cannot see otherwise (the CUDA-graph mode vLLM
-resolved for this backend), read by `read_dispatch_notes` and never taken for keys.
+resolved for this backend), read by `read_dispatch_notes`; lines that start with ``@`` are events in the order
+they happened (the cartridge positions each request found in vLLM's prefix cache), read by `read_dispatch_events`.
+Neither is ever taken for a key.
 """
 
 from __future__ import annotations
@@ -36,8 +38,18 @@ class DispatchLog:
         """Record ``name = value`` once per distinct pair."""
         self.record(f"{NOTE}{name}={value}")
 
+    def event(self, name: str, value: str) -> None:
+        """Record ``name = value`` every time (an event, in order)."""
+        if self.path is None:
+            return
+        with self.path.open("a", encoding="utf-8") as fh:
+            fh.write(f"{EVENT}{name}={value}\n")
+
 
 NOTE = "# "
+EVENT = "@ "
+# The inject connector's event per cartridge prompt: how many cartridge positions vLLM's prefix cache held for it.
+CACHED_EVENT = "cartridge_positions_cached"
 
 
 def _lines(path: Path) -> list[str]:
@@ -49,7 +61,7 @@ def _lines(path: Path) -> list[str]:
 
 def read_dispatch_log(path: Path) -> list[str]:
     """The distinct keys in `path`, sorted; none when the file was never written."""
-    return sorted({ln for ln in _lines(path) if not ln.startswith(NOTE.strip())})
+    return sorted({ln for ln in _lines(path) if not ln.startswith((NOTE.strip(), EVENT.strip()))})
 
 
 def read_dispatch_notes(path: Path) -> dict[str, list[str]]:
@@ -60,3 +72,14 @@ def read_dispatch_notes(path: Path) -> dict[str, list[str]]:
             name, _, value = ln[len(NOTE.strip()) :].strip().partition("=")
             notes.setdefault(name, set()).add(value)
     return {k: sorted(v) for k, v in notes.items()}
+
+
+def read_dispatch_events(path: Path, name: str) -> list[str]:
+    """The values of every `name` event in `path`, in the order they were recorded."""
+    out = []
+    for ln in _lines(path):
+        if ln.startswith(EVENT.strip()):
+            key, _, value = ln[len(EVENT.strip()) :].strip().partition("=")
+            if key == name:
+                out.append(value)
+    return out

@@ -13,6 +13,7 @@ import pytest
 from qualify.perf import engine_set, engine_summary
 from qualify.perf.implementations import default_implementations
 from qualify.perf.spec import WorkRequest, WorkResult
+from qualify.serve.dispatch_log import CACHED_EVENT, DispatchLog
 from qualify.serve.engine import BatchTiming
 from qualify.serve.layouts import LAYOUTS
 
@@ -48,10 +49,15 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, test_seed: int):
     def run_batch(llm, prompts, max_tokens):
         llm.batches.append(prompts)
         wall = len(prompts) * max_tokens / (100.0 * llm.speed) * (1 + 0.01 * rng.random())
-        # A prefix cache serves the cartridge's full blocks (16 tokens = 2 blocks of 8) once it has seen them.
+        # A prefix cache serves the cartridge's full blocks (16 tokens = 2 blocks of 8) once it has seen them; the
+        # engine core's connector logs what it found for every cartridge prompt (vLLM counts its own copy too).
         hit = 16 if getattr(llm, "prefix_caching", False) and len(llm.batches) > 1 else 0
+        log = DispatchLog()
+        for p in prompts:
+            if p[:16] == [0] * 16:
+                log.event(CACHED_EVENT, str(hit))
         return BatchTiming(wall_s=wall, output_tokens=len(prompts) * max_tokens, ttft_s=[wall / 3] * len(prompts),
-                           cached_prompt_tokens=[hit] * len(prompts))  # fmt: skip
+                           cached_prompt_tokens=[16] * len(prompts))  # fmt: skip
 
     monkeypatch.setattr(engine_set, "build_llm", build_llm)
     monkeypatch.setattr(engine_set, "run_batch", run_batch)
@@ -107,19 +113,33 @@ def test_kv_tokens_count_whole_blocks_and_what_is_shared(layout: str, own: int, 
 def test_prefix_cached_layout_shares_the_cartridge_or_fails(fake_vllm, monkeypatch: pytest.MonkeyPatch) -> None:
     result = engine_set.measure(_request("bf16-prefix-cached"))
     cell = result.cell("output_tokens_per_s", 4, 5)
-    assert cell.detail["cached_prompt_tokens_per_request"] == [16] * 4
+    assert cell.detail["cartridge_positions_cached"] == [16] * 4
     assert cell.detail["kv_tokens_shared"] == 16 and cell.detail["requests_that_fit"] == (800 - 16) // 8
     assert cell.detail["admitted_concurrency"] == 64  # max_num_seqs
-    # The same layout with no cache hits is per-request injection under another name: refused.
-    real_run = engine_set.run_batch
+    # The same layout with no cache hits is per-request injection under another name, even though vLLM's own
+    # per-request count (the connector's positions included) says every prompt token was cached: refused.
+    real_build = engine_set.build_llm
 
-    def no_hits(llm, prompts, max_tokens):
-        t = real_run(llm, prompts, max_tokens)
-        return BatchTiming(t.wall_s, t.output_tokens, t.ttft_s, [0] * len(prompts))
+    def no_cache(*args, **kwargs):
+        llm = real_build(*args, **kwargs)
+        llm.prefix_caching = False
+        return llm
 
-    monkeypatch.setattr(engine_set, "run_batch", no_hits)
+    monkeypatch.setattr(engine_set, "build_llm", no_cache)
     with pytest.raises(RuntimeError, match="not shared"):
         engine_set.measure(_request("bf16-prefix-cached"))
+
+
+def test_a_resolved_graph_mode_reported_by_the_backend_names_the_method(fake_vllm, monkeypatch) -> None:
+    real_run = engine_set.run_batch
+
+    def downgraded(llm, prompts, max_tokens):
+        DispatchLog().note("cudagraph_mode", "PIECEWISE")
+        return real_run(llm, prompts, max_tokens)
+
+    monkeypatch.setattr(engine_set, "run_batch", downgraded)
+    result = engine_set.measure(_request("shared-k16v8"))
+    assert {c.method for c in result.cells} == {"vllm LLM.generate, CUDA graphs (PIECEWISE)"}
 
 
 def test_shared_prompts_carry_only_the_question(fake_vllm) -> None:

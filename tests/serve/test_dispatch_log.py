@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from qualify.serve.dispatch_log import DISPATCH_LOG_ENV, DispatchLog, read_dispatch_log
+from qualify.serve.dispatch_log import (
+    DISPATCH_LOG_ENV,
+    DispatchLog,
+    read_dispatch_events,
+    read_dispatch_log,
+    read_dispatch_notes,
+)
 
 
 def test_each_new_key_is_written_once_and_read_back_sorted(tmp_path: Path) -> None:
@@ -29,3 +35,19 @@ def test_without_the_variable_nothing_is_written(tmp_path: Path, monkeypatch: py
     monkeypatch.setenv(DISPATCH_LOG_ENV, str(tmp_path / "from-env.log"))
     DispatchLog().record("decode/a")
     assert read_dispatch_log(tmp_path / "from-env.log") == ["decode/a"]
+
+
+def test_notes_and_events_are_never_read_as_keys(tmp_path: Path) -> None:
+    path = tmp_path / "dispatch.log"
+    log = DispatchLog(str(path))
+    log.record("decode/k")
+    for mode in ("FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE", "PIECEWISE"):
+        log.note("cudagraph_mode", mode)
+    for value in ("0", "624", "624"):
+        log.event("cartridge_positions_cached", value)
+    other = DispatchLog(str(path))  # a second writer (another engine process) appends to the same file
+    other.event("cartridge_positions_cached", "8")
+    assert read_dispatch_log(path) == ["decode/k"]
+    assert read_dispatch_notes(path) == {"cudagraph_mode": ["FULL_AND_PIECEWISE", "PIECEWISE"]}
+    assert read_dispatch_events(path, "cartridge_positions_cached") == ["0", "624", "624", "8"]  # every one, in order
+    assert read_dispatch_events(path, "other") == []

@@ -15,6 +15,7 @@ Exits non-zero with a message on the first mismatch.
 from __future__ import annotations
 
 import math
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -178,7 +179,8 @@ def check_positions(gen: torch.Generator, dev: torch.device) -> None:
 
     from qualify.serve.rope_shift import shift_rotary_positions
 
-    with set_current_vllm_config(VllmConfig(device_config=DeviceConfig(device=dev))), torch.device(dev):
+    config = VllmConfig(device_config=DeviceConfig(device="cpu")) if dev.type == "cpu" else VllmConfig()
+    with set_current_vllm_config(config), torch.device(dev):
         rope = get_rope(D, max_position=4 * MAX_MODEL_LEN, rope_parameters={"rope_theta": 1e6}, dtype=torch.float32)
         holders = nn.ModuleList([nn.Module() for _ in range(LAYERS)])
         for h in holders:
@@ -187,9 +189,11 @@ def check_positions(gen: torch.Generator, dev: torch.device) -> None:
         pos = torch.randint(0, MAX_MODEL_LEN, (19,), generator=gen).to(dev)
         q = torch.randn(19, H_Q * D, generator=gen).to(dev)
         k = torch.randn(19, H_KV * D, generator=gen).to(dev)
-        want_q, want_k = rope(pos + T_C, q.clone(), k.clone())
+        # forward_native: what torch.compile traces in the engine (vLLM's compile mode turns the rotary custom op
+        # off); both read the module's own table, which is what the shift replaces.
+        want_q, want_k = rope.forward_native(pos + T_C, q.clone(), k.clone())
         for h in holders:
-            got_q, got_k = h.rotary_emb(pos, q.clone(), k.clone())
+            got_q, got_k = h.rotary_emb.forward_native(pos, q.clone(), k.clone())
             if not (torch.equal(got_q, want_q) and torch.equal(got_k, want_k)):
                 fail("shifted rotary embedding: position p does not rotate as p + cartridge_len")
     print("positions: vLLM's rotary embedding, shifted, rotates p as p + cartridge_len")
@@ -201,15 +205,23 @@ def check_inject(tmp: Path, gen: torch.Generator, dev: torch.device) -> None:
     from qualify.cartridge.io import load_cartridge
     from qualify.errors import QualifyError
     from qualify.serve.connector import CartridgeInjectConnector
+    from qualify.serve.dispatch_log import CACHED_EVENT, DISPATCH_LOG_ENV, read_dispatch_events
 
     path = tmp / "inject.safetensors"
     write_cartridge(path, gen)
     cart = load_cartridge(path)
     cfg = vllm_config("inject", path)
+    events = tmp / "dispatch.log"
+    os.environ[DISPATCH_LOG_ENV] = str(events)  # as a measurement sets it for the engine core
     sched = CartridgeInjectConnector(cfg, KVConnectorRole.SCHEDULER, None)
+    del os.environ[DISPATCH_LOG_ENV]
     req = SimpleNamespace(request_id="r1", prompt_token_ids=[0] * T_C + [5, 6, 7])
+    if sched.get_num_new_matched_tokens(req, BS) != (T_C - BS, False):
+        fail("inject connector must load only the cartridge positions a prefix-cache hit does not hold")
     if sched.get_num_new_matched_tokens(req, 0) != (T_C, False):
         fail("inject connector did not claim the placeholder run")
+    if read_dispatch_events(events, CACHED_EVENT) != [str(BS), "0"]:
+        fail(f"inject connector logged {read_dispatch_events(events, CACHED_EVENT)} cached positions, not [{BS}, 0]")
     plain = SimpleNamespace(request_id="r2", prompt_token_ids=[5, 0, 0])
     if sched.get_num_new_matched_tokens(plain, 0) != (0, False):
         fail("a prompt without the placeholder run must be served without a cartridge")
