@@ -146,7 +146,7 @@ def measure(request: WorkRequest) -> WorkResult:
         else f"model {settings.model_dir}",
     ]
     if lay.mode is Mode.SHARED and lay.live_value_dtype == "fp8_e4m3":
-        notes.append("live V in FP8 keeps BF16-sized pages (no capacity gain in this version; V bytes read are halved)")
+        notes.append("live pages K16/V8: V in D FP8 bytes, a page 3/4 of a BF16 one (the KV capacity below counts it)")
     clocks_before = read_clocks()
     with tempfile.TemporaryDirectory(prefix="qualify-engine-") as tmp, _dispatch_log(Path(tmp)) as log:
         cartridge = write_random_cartridge(

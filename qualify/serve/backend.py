@@ -13,9 +13,10 @@ for the engine's longest context (``max_model_len``), as vLLM's capture plans it
 the dispatch log records, is the captured variant; (3) the padding requests of a replayed batch (0 queries,
 0 live tokens) are planned, each attending the cartridge alone into its own discarded row.
 
-The paged cache keeps vLLM's FlashAttention layout, logical ``(blocks, H_kv, block, 2 * D)``: K in the first
-half of the last dim, V in the second. With FP8 live V the V half keeps its BF16 size and only its first D
-bytes are used: bandwidth is halved for V reads, the page count is not (said in the benchmark report).
+The paged cache keeps vLLM's FlashAttention layout, logical ``(blocks, H_kv, block, D + W)`` in BF16: K in the
+first D elements of the last dim, V in the next W. With BF16 live V, W = D; with FP8 live V (K16/V8 pages,
+`CartridgeAttentionBackendLiveV8`), W = D / 2: the V part holds D FP8 bytes, a page is 3/4 of a BF16 one and the
+cache holds 4/3 of the tokens (`live_pages` gives each attention layer that backend and the matching cache spec).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.attention.backends.utils import get_kv_cache_layout
 
-from qualify.serve.config import CartridgeServingError, Mode, checked_serving, layer_order
+from qualify.serve.config import CartridgeServingError, Mode, checked_serving, layer_order, live_v_width
 from qualify.serve.dispatch_log import DispatchLog
 from qualify.serve.plugin import require_supported_vllm
 from qualify.serve.store import LayerCartridge, load_layers
@@ -72,6 +73,13 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
         self.cartridge = dict(zip(names, layers, strict=True))
         self.cartridge_v_dtype = FP8 if cfg.cartridge_value_dtype == "fp8_e4m3" else torch.bfloat16
         self.live_v_fp8 = cfg.live_value_dtype == "fp8_e4m3"
+        want_v = live_v_width(facts.head_dim, cfg.live_value_dtype)
+        if getattr(kv_cache_spec, "head_size_v", want_v) != want_v:
+            raise CartridgeServingError(
+                f"cartridge serving: the KV cache spec gives live V {kv_cache_spec.head_size_v} BF16 elements per "
+                f"token and head; live_value_dtype {cfg.live_value_dtype} needs {want_v} (the Cartridge* models set "
+                "the pages up; was the architecture overridden?)"
+            )
         self.dispatch_log = DispatchLog()
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.max_graph_batch = _max_full_graph_batch(vllm_config)
@@ -270,3 +278,13 @@ class CartridgeAttentionBackend(AttentionBackend):
     @classmethod
     def supports_compute_capability(cls, capability: Any) -> bool:
         return getattr(capability, "major", None) == 9
+
+
+class CartridgeAttentionBackendLiveV8(CartridgeAttentionBackend):
+    """The shared backend over K16/V8 live pages: V takes D FP8 bytes, the room of D / 2 BF16 elements."""
+
+    @staticmethod
+    def get_kv_cache_shape(
+        num_blocks: int, block_size: int, num_kv_heads: int, head_size: int, cache_dtype_str: str = "auto"
+    ) -> tuple[int, ...]:
+        return (num_blocks, num_kv_heads, block_size, head_size + live_v_width(head_size, "fp8_e4m3"))

@@ -28,6 +28,12 @@ SHARED_ARCHITECTURES: dict[str, str] = {
 KERNEL_PAGE_SIZES = (16, 8)  # cartridge_attn's page sizes, preferred first
 
 
+def live_v_width(head_dim: int, live_value_dtype: str) -> int:
+    """BF16 elements a live page gives one token's V per KV head: D, or D / 2 for FP8 V (D bytes), so that a K16/V8
+    page holds 3/4 of the bytes of a BF16 one and the cache 4/3 of the tokens."""
+    return head_dim // 2 if live_value_dtype == "fp8_e4m3" else head_dim
+
+
 class CartridgeServingError(QualifyError):
     """An engine configuration that cannot serve the cartridge correctly (raised before anything is served)."""
 
@@ -52,7 +58,8 @@ class ServingConfig(BaseModel):
         default="fp8_e4m3", description="shared: the cartridge V dtype (keys stay BF16)"
     )
     live_value_dtype: Literal["bfloat16", "fp8_e4m3"] = Field(
-        default="bfloat16", description="shared: the live (paged) V dtype; FP8 uses per-layer scale 1"
+        default="bfloat16",
+        description="shared: the live (paged) V dtype; FP8 uses per-layer scale 1 and pages sized for it (K16/V8)",
     )
 
 

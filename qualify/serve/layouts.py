@@ -80,7 +80,8 @@ LAYOUTS: dict[str, ServingLayout] = {
             "auto",
             "fp8_e4m3",
             "fp8_e4m3",
-            "shared-k16v8 with FP8 E4M3 live V (scale 1) written by the backend; live K stays BF16",
+            "shared-k16v8 with FP8 E4M3 live V (scale 1) written by the backend into K16/V8 pages (3/4 of the "
+            "bytes of a BF16 page, so 4/3 of the tokens fit); live K stays BF16",
         ),
         ServingLayout(
             "shared-k16v16",

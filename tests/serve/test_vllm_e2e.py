@@ -7,8 +7,8 @@ whole graph captured for 16 requests, 8 of them padding. The reference is `bf16-
 injected once and its blocks served from the prefix cache to every recorded prompt; checked). Checks: per-request
 injection generates the reference's tokens (the baseline itself); greedy tokens of `shared` with a BF16 cartridge V
 equal the reference's (ties below 0.1 nats excepted, see qualify.serve.agreement) and their log-probabilities
-agree within 0.02 nats on average; with the FP8 cartridge V (K16/V8) the log-probability of the reference's tokens
-stays within 0.1 nats on average.
+agree within 0.02 nats on average; with the FP8 cartridge V (K16/V8), and with FP8 live V in K16/V8 pages as well, the
+log-probability of the reference's tokens stays within 0.1 nats on average.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     _require_host()
     tmp = tmp_path_factory.mktemp("e2e")
     paths = {}
-    for layout in (REFERENCE, "bf16-inject", "shared-k16v16", "shared-k16v8"):
+    for layout in (REFERENCE, "bf16-inject", "shared-k16v16", "shared-k16v8", "shared-k16v8-live-fp8"):
         paths[layout] = tmp / f"{layout}.json"
         _generate(layout, paths[layout])
     keep = os.environ.get("QUALIFY_E2E_OUT")
@@ -105,4 +105,10 @@ def test_shared_k16v16_generates_inject_tokens(runs: dict[str, Path]) -> None:
 
 def test_shared_k16v8_logprobs_within_tolerance(runs: dict[str, Path]) -> None:
     result = _compare(runs, "shared-k16v8", LOGPROB_TOLERANCE)
+    assert result["logprobs"]["passed"], json.dumps(result["logprobs"], indent=1)
+
+
+def test_shared_k16v8_live_fp8_pages_logprobs_within_tolerance(runs: dict[str, Path]) -> None:
+    # K16/V8 live pages as well: the live V of every generated token is FP8 (scale 1) in pages 3/4 the BF16 size.
+    result = _compare(runs, "shared-k16v8-live-fp8", LOGPROB_TOLERANCE)
     assert result["logprobs"]["passed"], json.dumps(result["logprobs"], indent=1)

@@ -75,18 +75,42 @@ def fail(msg: str) -> None:
 
 def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device) -> None:
     from vllm.v1.attention.backend import CommonAttentionMetadata
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
 
     from qualify.cartridge.io import load_cartridge
-    from qualify.serve.backend import CartridgeAttentionImpl, CartridgeMetadataBuilder
+    from qualify.errors import QualifyError
+    from qualify.serve.backend import (
+        CartridgeAttentionBackend,
+        CartridgeAttentionBackendLiveV8,
+        CartridgeAttentionImpl,
+        CartridgeMetadataBuilder,
+    )
+    from qualify.serve.config import live_v_width
 
     path = tmp / f"shared-{live_v}.safetensors"
     write_cartridge(path, gen)
     cart = load_cartridge(path)
     cfg = vllm_config("shared", path, live_v)
-    builder = CartridgeMetadataBuilder(None, list(reversed(NAMES)), cfg, dev)
+    # The pages vLLM allocates for this engine: K16/V8 pages (V in D FP8 bytes) with FP8 live V.
+    spec = FullAttentionSpec(block_size=BS, num_kv_heads=H_KV, head_size=D, head_size_v=live_v_width(D, live_v),
+                             dtype=torch.bfloat16)  # fmt: skip
+    if live_v == "fp8_e4m3" and spec.page_size_bytes * 4 != BS * H_KV * 2 * D * 2 * 3:
+        fail(f"K16/V8 pages of {spec.page_size_bytes} bytes are not 3/4 of a BF16 page")
+    builder = CartridgeMetadataBuilder(spec, list(reversed(NAMES)), cfg, dev)
+    wrong = FullAttentionSpec(block_size=BS, num_kv_heads=H_KV, head_size=D, head_size_v=D + D // 2 - spec.head_size_v,
+                              dtype=torch.bfloat16)  # fmt: skip
+    try:
+        CartridgeMetadataBuilder(wrong, NAMES, cfg, dev)
+        fail(f"a cache spec with live V of {wrong.head_size_v} elements must be refused for {live_v} live V")
+    except QualifyError:
+        pass
     impl = CartridgeAttentionImpl(H_Q, D, 1 / math.sqrt(D), H_KV)
     n_blocks = 12
-    raw = [torch.full((n_blocks, BS, H_KV, 2 * D), float("nan"), dtype=torch.bfloat16, device=dev) for _ in NAMES]
+    width = D + spec.head_size_v
+    shape = CartridgeAttentionBackendLiveV8 if live_v == "fp8_e4m3" else CartridgeAttentionBackend
+    if shape.get_kv_cache_shape(n_blocks, BS, H_KV, D) != (n_blocks, H_KV, BS, width):
+        fail(f"{shape.__name__} cache shape is not (blocks, H_kv, block, {width})")
+    raw = [torch.full((n_blocks, BS, H_KV, width), float("nan"), dtype=torch.bfloat16, device=dev) for _ in NAMES]
     kv = [r.permute(0, 2, 1, 3) for r in raw]  # logical (blocks, H_kv, block, 2D), NHD in memory
     # Rows 2 and 3: padding requests of a graph replay (vLLM points them at its null block 0).
     table = torch.tensor([[7, 2, 0, 0], [4, 9, 0, 0], [0, 0, 0, 0], [0, 0, 0, 0]], dtype=torch.int32, device=dev)
@@ -169,6 +193,42 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device
             if not torch.isnan(out[n + pad :]).all():
                 fail("rows beyond the scheduled tokens and padding requests were written")
     print(f"shared ({live_v} live V): prefill, decode and padded decode match the fp32 reference")
+
+
+def check_live_pages(dev: torch.device) -> None:
+    """vLLM's own attention layers, set up for K16/V8 pages as the Cartridge* models set them up."""
+    from torch import nn
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+    from vllm.model_executor.layers.attention.attention import Attention
+
+    from qualify.errors import QualifyError
+    from qualify.serve.backend import CartridgeAttentionBackend, CartridgeAttentionBackendLiveV8
+    from qualify.serve.live_pages import use_k16v8_pages
+
+    config = VllmConfig(device_config=DeviceConfig(device="cpu")) if dev.type == "cpu" else VllmConfig()
+    config.cache_config.block_size = BS
+    with set_current_vllm_config(config):
+        scale = 1 / math.sqrt(D)
+        model = nn.ModuleList(
+            Attention(H_Q, D, scale, num_kv_heads=H_KV, prefix=f"p.{i}.attn", attn_backend=CartridgeAttentionBackend)
+            for i in range(LAYERS)
+        )
+        bf16 = [layer.get_kv_cache_spec(config).page_size_bytes for layer in model]
+        if use_k16v8_pages(model) != LAYERS:
+            fail("K16/V8 pages: not every attention layer was set up")
+        specs = [layer.get_kv_cache_spec(config) for layer in model]
+        if any(s.head_size_v != D // 2 or s.page_size_bytes * 4 != b * 3 for s, b in zip(specs, bf16, strict=True)):
+            fail(f"K16/V8 pages: specs {specs} are not 3/4 of the BF16 pages ({bf16[0]} bytes)")
+        if any(layer.get_attn_backend() is not CartridgeAttentionBackendLiveV8 for layer in model):
+            fail("K16/V8 pages: a layer kept the BF16-page backend")
+        if any(layer.head_size_v != D for layer in model):
+            fail("K16/V8 pages: a layer's output width changed")
+        try:
+            use_k16v8_pages(model)  # a second time: the layers' backend is no longer the BF16-page one
+            fail("K16/V8 pages: set up twice without complaint")
+        except QualifyError:
+            pass
+    print("pages: K16/V8 live pages are 3/4 of BF16 ones, shaped by the V8 backend")
 
 
 def check_positions(gen: torch.Generator, dev: torch.device) -> None:
@@ -281,6 +341,7 @@ def main() -> int:
         check_shared(Path(tmp), "fp8_e4m3", gen, dev)
         check_inject(Path(tmp), gen, dev)
     check_positions(gen, dev)
+    check_live_pages(dev)
     print("OK")
     return 0
 
