@@ -10,7 +10,8 @@
 #        stage part 3, install vLLM; the glue check against vLLM's classes (compiled kernel); the agreement tests
 #        in graph mode (tests/serve/test_vllm_e2e.py); then, in the background, ONE signed run of the numerics
 #        envelope cells and gates/engine.yaml (3 processes per layout), so that its coverage table pairs every
-#        variant the engines dispatched with the cells that qualified it
+#        variant the engines dispatched with the cells that qualified it (ENGINE_GATES: other engine gate files,
+#        e.g. "gates/engine.yaml gates/engine_concurrency.yaml"; ENGINE_K: which of their items, default "engine-")
 #   bash scripts/gpu_graphs.sh engine    wait for that run (ENGINE_WAIT_S), then the layout table and the run's
 #        files; with PROFILE="layout ...", batch-64 profiles of those layouts after the run
 # Everything comes back under $OUT (logs, one tar.gz per step).
@@ -63,9 +64,9 @@ checks)
     log "numerics envelope + engine gate: started in the background (collected by the 'engine' step)"
     rm -rf "$WORK/engine" "$WORK/engine_runs"
     QUALIFY_ENGINE_RUNS_DIR=$WORK/engine_runs setsid nohup python3 -c \
-      'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml gates/engine.yaml \
-      -k "$ENVELOPE or engine-" --out "$WORK/engine" --name engine-graphs-h200 --non-release \
-      --sign-key "$WORK/keys/signing-key.pem" -- -v >"$WORK/engine.log" 2>&1 &
+      'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml \
+      ${ENGINE_GATES:-gates/engine.yaml} -k "$ENVELOPE or ${ENGINE_K:-engine-}" --out "$WORK/engine" \
+      --name engine-graphs-h200 --non-release --sign-key "$WORK/keys/signing-key.pem" -- -v >"$WORK/engine.log" 2>&1 &
     echo $! >"$WORK/engine.pid"
   } 2>&1 | tee "$OUT/checks.log"
   tar -C "$WORK" -czf "$OUT/checks.tar.gz" e2e 2>/dev/null
