@@ -26,7 +26,7 @@ _TAIL_CHARS = 2000
 
 
 class MutantStatus(StrEnum):
-    KILLED = "killed"  # an item failed or errored
+    KILLED = "killed"  # an item failed, or errored (a crash detects too; the report names such kills apart)
     SURVIVED = "survived"  # every item ran and passed
     EQUIVALENT = "equivalent"  # survived, and the catalog argues why no input can tell it apart
     INCONCLUSIVE = "inconclusive"  # nothing failed, but items were skipped or incomplete: nothing shown
@@ -110,7 +110,8 @@ def classify(report: dict[str, Any], copy: Copy, kernel_file: str = "_kernel.py"
                         reason=f"the report names kernel sources other than the copy's: {sorted(foreign)}")  # fmt: skip
     killers = [
         {"item": str(it.get("name") or it.get("nodeid")), "status": str(it.get("status")),
-         "failed_checks": "; ".join(c.get("name", "") for c in it.get("checks") or [] if not c.get("passed"))[:300]}
+         "failed_checks": "; ".join(c.get("name", "") for c in it.get("checks") or [] if not c.get("passed"))[:300],
+         "reason": str(it.get("reason") or "")[:300]}
         for it in items
         if it.get("status") in ("failed", "error")
     ]  # fmt: skip

@@ -45,7 +45,9 @@ def summarize(baseline: ChildRun, rows: Sequence[dict[str, Any]]) -> dict[str, A
 
     PASS: the unmutated kernel passed and every mutant was killed or argued equivalent. FAIL: the unmutated
     kernel failed, a mutant survived, or one argued equivalent was killed. INCOMPLETE: otherwise (inconclusive
-    or broken children), since nothing was shown for those.
+    or broken children), since nothing was shown for those. A mutant killed only by items that errored (no check
+    failed: the run crashed, for instance on an illegal memory access) counts as killed, as mutation tools count
+    a crash, and is listed in ``killed_only_by_errors`` with the errors, since an error could also be the host's.
     """
     counts = Counter(r["status"] for r in rows)
     killed, survived = counts.get("killed", 0), counts.get("survived", 0)
@@ -61,6 +63,9 @@ def summarize(baseline: ChildRun, rows: Sequence[dict[str, Any]]) -> dict[str, A
         "counts": {s.value: counts.get(s.value, 0) for s in MutantStatus} | {"total": len(rows)},
         "score": (killed / (killed + survived)) if killed + survived else None,
         "survivors": [r["id"] for r in rows if r["status"] == "survived"],
+        "killed_only_by_errors": [
+            r["id"] for r in rows if r["status"] == "killed" and all(k["status"] == "error" for k in r["killed_by"])
+        ],
         "equivalence_contradicted": contradicted,
     }
 
@@ -99,12 +104,17 @@ def build_mutation_report(
     }
 
 
+def _by_errors(report: dict[str, Any]) -> str:
+    only = report.get("killed_only_by_errors") or []
+    return f" ({len(only)} only by items that errored: {', '.join(only)})" if only else ""
+
+
 def markdown_table(report: dict[str, Any]) -> str:
     """The report as a short Markdown table (for results READMEs and the console)."""
     lines = [
         f"verdict **{report['verdict']}**, score "
         + (f"{report['score']:.3f}" if report["score"] is not None else "n/a")
-        + f" ({report['counts']['killed']} killed, {report['counts']['survived']} survived, "
+        + f" ({report['counts']['killed']} killed{_by_errors(report)}, {report['counts']['survived']} survived, "
         f"{report['counts']['equivalent']} equivalent, {report['counts']['inconclusive']} inconclusive, "
         f"{report['counts']['broken']} broken of {report['counts']['total']}); unmutated copy: "
         f"{report['baseline']['status']} ({report['baseline']['wall_s']} s)",

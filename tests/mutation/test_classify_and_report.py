@@ -32,8 +32,9 @@ def test_a_failed_or_errored_item_kills_and_a_full_pass_survives(tmp_path: Path)
     killed = classify({"verdict": "FAIL", "items": [_item("a", "passed", sha), _item("b", "failed", sha)]}, copy)
     assert killed.status is MutantStatus.KILLED and [k["item"] for k in killed.killed_by] == ["b"]
     assert killed.killed_by[0]["failed_checks"] == "rel L2"
-    crashed = classify({"verdict": "FAIL", "items": [_item("a", "error")]}, copy)
-    assert crashed.status is MutantStatus.KILLED
+    errored = {**_item("a", "error"), "reason": "RuntimeError: CUDA error: an illegal memory access"}
+    crashed = classify({"verdict": "FAIL", "items": [errored]}, copy)
+    assert crashed.status is MutantStatus.KILLED and "illegal memory access" in crashed.killed_by[0]["reason"]
     survived = classify({"verdict": "PASS", "items": [_item("a", "passed", sha)]}, copy)
     assert survived.status is MutantStatus.SURVIVED
 
@@ -83,3 +84,13 @@ def test_score_and_verdict(baseline, statuses, equivalent, verdict, score) -> No
     got = summarize(_run(baseline), rows)
     assert got["verdict"] == verdict
     assert got["score"] == score
+
+
+def test_kills_by_errors_alone_are_named_apart(tmp_path: Path) -> None:
+    copy, sha = _copy(tmp_path)
+    by_check = classify({"verdict": "FAIL", "items": [_item("a", "error"), _item("b", "failed", sha)]}, copy)
+    by_error = classify({"verdict": "FAIL", "items": [_item("a", "error")]}, copy)
+    rows = [mutant_row(_m("m-check"), by_check, None), mutant_row(_m("m-crash"), by_error, None)]
+    got = summarize(_run(MutantStatus.SURVIVED), rows)
+    assert got["score"] == 1.0 and got["verdict"] == "PASS"  # a crash detects the mutant
+    assert got["killed_only_by_errors"] == ["m-crash"]
