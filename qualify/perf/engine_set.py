@@ -54,7 +54,7 @@ RUNS_DIR_ENV = "QUALIFY_ENGINE_RUNS_DIR"
 
 
 @contextlib.contextmanager
-def _dispatch_log(folder: Path) -> Iterator[Path]:
+def dispatch_log_in(folder: Path) -> Iterator[Path]:
     """Point the engine processes this worker starts at a dispatch log in `folder` (they inherit the variable)."""
     path = folder / "dispatch.log"
     before = os.environ.get(DISPATCH_LOG_ENV)
@@ -148,7 +148,7 @@ def measure(request: WorkRequest) -> WorkResult:
     if lay.mode is Mode.SHARED and lay.live_value_dtype == "fp8_e4m3":
         notes.append("live pages K16/V8: V in D FP8 bytes, a page 3/4 of a BF16 one (the KV capacity below counts it)")
     clocks_before = read_clocks()
-    with tempfile.TemporaryDirectory(prefix="qualify-engine-") as tmp, _dispatch_log(Path(tmp)) as log:
+    with tempfile.TemporaryDirectory(prefix="qualify-engine-") as tmp, dispatch_log_in(Path(tmp)) as log:
         cartridge = write_random_cartridge(
             Path(tmp) / "cartridge.safetensors", settings, shape.cartridge_len, request.seed
         )

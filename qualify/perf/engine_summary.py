@@ -36,7 +36,8 @@ def load_runs(runs_dir: Path) -> dict[str, list[WorkResult]]:
         if not _RUN_FILE.match(path.name):
             continue
         result = WorkResult.model_validate_json(path.read_text())
-        runs.setdefault(result.implementation, []).append(result)
+        if result.implementation_set == "engine":  # the serving set's streams share the folder
+            runs.setdefault(result.implementation, []).append(result)
     if not runs:
         raise SystemExit(f"{runs_dir}: no <layout>.p<process>.json run files")
     return {name: sorted(rs, key=lambda r: r.process) for name, rs in runs.items()}

@@ -1,8 +1,9 @@
 """The one table of implementations the perf gate can compare, grouped into *sets*.
 
 A set groups implementations measured the same way by one `measure` function in a worker process:
-`kernel` (attention kernels, one decode step = num_layers attention calls) and `engine` (vLLM serving a
-cartridge, one fresh process per layout: qualify.perf.engine_set). The gate kind is the same for both.
+`kernel` (attention kernels, one decode step = num_layers attention calls), `engine` (vLLM serving a
+cartridge, one fresh process per layout: qualify.perf.engine_set) and `serving` (the same layouts serving a
+request stream with equal KV memory: qualify.perf.serving_set). The gate kind is the same for all.
 Each implementation names everything the rest of the package needs to know about it: the metrics it supports,
 the builder that sets it up in the worker, and the bytes it moves (`bytes_model`). Nothing else declares
 implementation names. Declarations only: nothing here imports torch (builders are imported in the worker).
@@ -152,11 +153,25 @@ ENGINE_SET = ImplementationSet(
 )
 
 
+_SERVING_METRICS = frozenset(name for name, m in METRICS.items() if m.phase == "serving")
+
+# The same layouts serving a request stream with equal KV memory (qualify.perf.serving_set).
+SERVING_SET = ImplementationSet(
+    name="serving",
+    description="vLLM 0.26 serving a request stream with the same KV memory for every layout (completed req/s, ITL)",
+    measure="qualify.perf.serving_set:measure",
+    implementations=tuple(
+        Implementation(layout.name, layout.description, _SERVING_METRICS) for layout in LAYOUTS.values()
+    ),
+)
+
+
 def default_implementations() -> ImplementationRegistry:
     """A fresh registry of the built-in implementation sets (built per call: no module-level state)."""
     registry = ImplementationRegistry()
     registry.register(KERNEL_SET)
     registry.register(ENGINE_SET)
+    registry.register(SERVING_SET)
     return registry
 
 

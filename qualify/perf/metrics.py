@@ -7,7 +7,19 @@ from typing import Literal
 
 from qualify.stats.ratio import Direction
 
-MetricName = Literal["decode_tokens_per_s", "ttft_proxy_ms", "output_tokens_per_s", "ttft_p50_ms", "ttft_p95_ms"]
+MetricName = Literal[
+    "decode_tokens_per_s",
+    "ttft_proxy_ms",
+    "output_tokens_per_s",
+    "ttft_p50_ms",
+    "ttft_p95_ms",
+    "completed_requests_per_s",
+    "stream_output_tokens_per_s",
+    "stream_ttft_p50_ms",
+    "stream_ttft_p95_ms",
+    "itl_p50_ms",
+    "itl_p95_ms",
+]
 
 
 @dataclass(frozen=True)
@@ -15,7 +27,7 @@ class Metric:
     name: MetricName
     unit: str
     direction: Direction
-    phase: Literal["decode", "prefill", "engine"]
+    phase: Literal["decode", "prefill", "engine", "serving"]
     description: str
 
     @property
@@ -67,6 +79,49 @@ METRICS: dict[str, Metric] = {
         direction=Direction.LOWER_IS_BETTER,
         phase="engine",
         description="engine level: 95th percentile over the batch's requests of vLLM's time to first token",
+    ),
+    # A request stream served for a fixed number of requests (qualify.serve.stream, the `serving` set).
+    "completed_requests_per_s": Metric(
+        name="completed_requests_per_s",
+        unit="req/s",
+        direction=Direction.HIGHER_IS_BETTER,
+        phase="serving",
+        description="serving: completed requests / the stream's wall time (equal KV memory for every layout)",
+    ),
+    "stream_output_tokens_per_s": Metric(
+        name="stream_output_tokens_per_s",
+        unit="tok/s",
+        direction=Direction.HIGHER_IS_BETTER,
+        phase="serving",
+        description="serving: output tokens of the stream's completed requests / the stream's wall time",
+    ),
+    "stream_ttft_p50_ms": Metric(
+        name="stream_ttft_p50_ms",
+        unit="ms",
+        direction=Direction.LOWER_IS_BETTER,
+        phase="serving",
+        description="serving: median over the stream's requests of first token - arrival (client queueing included)",
+    ),
+    "stream_ttft_p95_ms": Metric(
+        name="stream_ttft_p95_ms",
+        unit="ms",
+        direction=Direction.LOWER_IS_BETTER,
+        phase="serving",
+        description="serving: 95th percentile over the stream's requests of first token - arrival",
+    ),
+    "itl_p50_ms": Metric(
+        name="itl_p50_ms",
+        unit="ms",
+        direction=Direction.LOWER_IS_BETTER,
+        phase="serving",
+        description="serving: median inter-token latency (gap between consecutive tokens of a request, all pooled)",
+    ),
+    "itl_p95_ms": Metric(
+        name="itl_p95_ms",
+        unit="ms",
+        direction=Direction.LOWER_IS_BETTER,
+        phase="serving",
+        description="serving: 95th percentile inter-token latency, all requests' gaps pooled",
     ),
 }
 

@@ -35,6 +35,10 @@ class ShapeSet(StrictModel):
     # Engine-level sets only (qualify.perf.engine_set): how the serving engine is built; `suffixes` are then
     # the question tokens each prompt carries after the cartridge.
     engine: EngineSettings | None = None
+    # The serving set only (qualify.perf.serving_set): `batches` are then the clients (most requests in the
+    # engine at once) of a stream of `stream_requests` requests, closed loop, or Poisson at `arrival_rate_per_s`.
+    stream_requests: int | None = Field(default=None, ge=1)
+    arrival_rate_per_s: float | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _positive(self) -> ShapeSet:

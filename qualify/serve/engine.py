@@ -72,6 +72,8 @@ def llm_kwargs(
     }
     if layout.kv_cache_dtype != "auto":
         base["kv_cache_dtype"] = layout.kv_cache_dtype
+    if settings.kv_cache_memory_bytes is not None:
+        base["kv_cache_memory_bytes"] = settings.kv_cache_memory_bytes
     if not settings.enforce_eager and settings.cudagraph_capture_sizes is not None:
         base["compilation_config"] = {"cudagraph_capture_sizes": list(settings.cudagraph_capture_sizes)}
     cfg = serving_config_for(layout, cartridge, cartridge_len, settings)

@@ -25,6 +25,9 @@ class EngineSettings(StrictModel):
     # The batch sizes CUDA graphs are captured for (vLLM pads a batch up to the next one); None: vLLM's default
     # list. Fewer sizes start the engine faster.
     cudagraph_capture_sizes: list[int] | None = None
+    # The KV cache in bytes instead of a share of the GPU (vLLM's kv_cache_memory_bytes): the same budget for every
+    # layout, so that what fits follows from each layout's bytes per token.
+    kv_cache_memory_bytes: int | None = None
     placeholder_token_id: int = 0
     cartridge_k_std: float = 1.0  # random cartridge scale: K after QK-norm is about unit RMS
     cartridge_v_std: float = 1.0

@@ -24,9 +24,9 @@ def test_registry_lists_choices_on_a_miss_and_refuses_collisions() -> None:
     assert reg.get_set("kernel").names() == [
         "fused-k16v8", "fused-k16v16", "flashinfer-inject-bf16", "flashinfer-inject-fp8", "flashinfer-cascade-bf16",
     ]  # fmt: skip
-    assert [s.name for s in reg] == ["engine", "kernel"]
-    with pytest.raises(KeyError, match="choices: engine, kernel"):
-        reg.get_set("serving")
+    assert [s.name for s in reg] == ["engine", "kernel", "serving"]
+    with pytest.raises(KeyError, match="choices: engine, kernel, serving"):
+        reg.get_set("streams")
     with pytest.raises(KeyError, match="choices: fused-k16v8, fused-k16v16"):
         reg.get_set("kernel").get("fused")
     with pytest.raises(ValueError, match="registered twice"):

@@ -1,0 +1,160 @@
+"""The `serving` implementation set: each serving layout serves a request stream with the same KV memory.
+
+The equal-memory comparison of issue 16: every layout's engine gets the same KV cache in bytes
+(`shape.engine.kv_cache_memory_bytes`), so what it admits at once follows from its bytes per request (a shared
+cartridge costs no pages per request, K16/V8 pages 3/4 of BF16 ones, injection the whole cartridge per request),
+and vLLM's scheduler queues the rest. Per (clients, suffix) cell the worker serves one warm-up stream and then
+`repetitions` timed streams of `shape.stream_requests` requests (`qualify.serve.stream`): closed loop with `clients`
+clients, or Poisson arrivals at `shape.arrival_rate_per_s` with at most `clients` in the engine. Samples per
+repetition: completed requests/s, output tokens/s, TTFT and ITL percentiles. The cells' detail records the KV
+capacity, the tokens a request holds and the requests that fit, the peak in the engine, and (prefix-cached
+layouts) the cartridge positions the prefix cache served; a prefix-cached worker whose cache did not serve the
+cartridge to every request fails, as in the engine set.
+
+With ``QUALIFY_ENGINE_RUNS_DIR`` set, each worker writes its result there as ``serving-<layout>.p<process>.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import statistics
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from qualify.perf.engine_set import RUNS_DIR_ENV, dispatch_log_in, kv_tokens
+from qualify.perf.gpu_info import device_facts, read_clocks, versions
+from qualify.perf.metrics import METRICS
+from qualify.perf.spec import Cell, WorkRequest, WorkResult
+from qualify.serve.dispatch_log import CACHED_EVENT, read_dispatch_events, read_dispatch_log
+from qualify.serve.engine import (
+    build_llm,
+    cudagraph_mode,
+    kv_capacity,
+    prompt_token_ids,
+    random_questions,
+    sampling_params,
+    write_random_cartridge,
+)
+from qualify.serve.layouts import layout as get_layout
+from qualify.serve.settings import EngineSettings
+from qualify.serve.stream import StreamSpec, serve_stream, stream_metrics
+
+STREAM_METRICS = tuple(name for name, m in METRICS.items() if m.phase == "serving")
+
+
+def _prompts(
+    lay: Any, suffix: int, vocab: int, rng: random.Random, cartridge_len: int, placeholder: int
+) -> Iterator[dict[str, list[int]]]:
+    """Fresh questions, one prompt at a time, as vLLM's token prompts (a TokensPrompt is this dict)."""
+    while True:
+        questions = random_questions(1, suffix, vocab, rng, placeholder)
+        yield {"prompt_token_ids": prompt_token_ids(lay, questions, cartridge_len, placeholder)[0]}
+
+
+def _serve_cell(
+    engine: Any, lay: Any, shape: Any, timing: Any, log: Path, prompts: Iterator, params: Any, clients: int,
+    suffix: int, shared_once: int, seed: int,
+) -> tuple[list[dict[str, float]], list[int], str]:  # fmt: skip
+    """Warm-up streams, then the timed ones: (their metrics, the least cartridge positions cached in each, label)."""
+    runs, cached, label = [], [], ""
+    for rep in range(timing.warmups + timing.repetitions):
+        spec = StreamSpec(shape.stream_requests, clients, shape.arrival_rate_per_s, seed=seed * 1000 + rep)
+        label = spec.label
+        before = len(read_dispatch_events(log, CACHED_EVENT))
+        traces, wall = serve_stream(engine, prompts, params, spec, request_prefix=f"s{suffix}c{clients}r{rep}")
+        hits = [int(v) for v in read_dispatch_events(log, CACHED_EVENT)[before:]]
+        if rep < timing.warmups:
+            continue
+        if lay.prefix_caching and (len(hits) < spec.requests or min(hits) < shared_once):
+            raise RuntimeError(
+                f"layout {lay.name}: a timed stream's requests found {min(hits, default=0)} cartridge positions in "
+                f"the prefix cache, not {shared_once}: the cartridge was not shared"
+            )
+        runs.append(stream_metrics(traces, wall))
+        cached.append(min(hits) if hits else 0)
+    return runs, cached, label
+
+
+def measure(request: WorkRequest) -> WorkResult:
+    started = time.perf_counter()
+    shape = request.shape_set()
+    timing = request.timing_config()
+    settings = shape.engine or EngineSettings()
+    if shape.stream_requests is None or settings.kv_cache_memory_bytes is None:
+        raise ValueError("the serving set needs shape.stream_requests and shape.engine.kv_cache_memory_bytes")
+    lay = get_layout(request.implementation)
+    gen = shape.generated_tokens
+    vocab = int(settings.hf_config()["vocab_size"])
+    rng = random.Random(request.seed)
+    clocks_before = read_clocks()
+    with tempfile.TemporaryDirectory(prefix="qualify-serving-") as tmp, dispatch_log_in(Path(tmp)) as log:
+        cart_path = Path(tmp) / "cartridge.safetensors"
+        cartridge = write_random_cartridge(cart_path, settings, shape.cartridge_len, request.seed)
+        t0 = time.perf_counter()
+        llm = build_llm(lay, cartridge, shape.cartridge_len, settings, seed=request.seed)
+        startup_s = time.perf_counter() - t0
+        capacity = kv_capacity(llm)
+        params = sampling_params(gen)
+        method = f"vllm LLMEngine request stream, {'eager' if settings.enforce_eager else 'CUDA graphs'}"
+        cells: list[Cell] = []
+        for suffix in shape.suffixes:
+            own, shared_once = kv_tokens(lay, shape.cartridge_len, suffix + gen, capacity["block_size"])
+            fit = (capacity["tokens"] - shared_once) // own
+            for clients in shape.batches:
+                prompts = _prompts(lay, suffix, vocab, rng, shape.cartridge_len, settings.placeholder_token_id)
+                runs, cached, label = _serve_cell(llm.llm_engine, lay, shape, timing, log, prompts, params, clients,
+                                                  suffix, shared_once, request.seed)  # fmt: skip
+                detail = {
+                    "stream": label,
+                    "kv_cache_memory_bytes": settings.kv_cache_memory_bytes,
+                    "kv_capacity_tokens": capacity["tokens"],
+                    "kv_tokens_per_request": own,
+                    "kv_tokens_shared": shared_once,
+                    "requests_that_fit": fit,
+                    "admitted_concurrency": min(settings.max_num_seqs, fit, clients),
+                    "peak_in_engine": [r["peak_in_engine"] for r in runs],
+                    "cartridge_positions_cached": cached,
+                    **{m: [r[m] for r in runs] for m in STREAM_METRICS},
+                }
+                step_ms = [1e3 * shape.stream_requests / r["completed_requests_per_s"] for r in runs]
+                cells += [
+                    Cell(metric=m, batch=clients, suffix=suffix, live=suffix + gen, samples=[r[m] for r in runs],
+                         step_ms=step_ms, bytes_moved=0, method=method, detail=detail)
+                    for m in request.metrics
+                    if m in STREAM_METRICS
+                ]  # fmt: skip
+        launched = read_dispatch_log(log)
+        for c in cells:
+            c.detail["specializations"] = launched
+        gpu: dict[str, Any] = {"kv_cache": capacity, "engine_startup_s": startup_s}
+        gpu["cudagraph_mode"] = cudagraph_mode(llm)
+        if torch.cuda.is_available():
+            free, total = torch.cuda.mem_get_info()
+            gpu.update(device_facts(), device_memory_used_bytes=int(total - free))
+    import vllm
+
+    peak = statistics.median(cells[0].detail["peak_in_engine"]) if cells else 0
+    result = WorkResult(
+        implementation_set=request.implementation_set,
+        implementation=request.implementation,
+        options=request.options,
+        process=request.process,
+        cells=cells,
+        gpu=gpu,
+        clocks={"before": clocks_before, "after": read_clocks()},
+        versions={**versions(), "vllm": vllm.__version__},
+        wall_s=time.perf_counter() - started,
+        notes=[f"layout {lay.name}: {lay.description}", f"equal KV memory: {settings.kv_cache_memory_bytes} bytes",
+               f"median peak of requests in the engine, first cell: {peak}"],
+    )  # fmt: skip
+    runs_dir = os.environ.get(RUNS_DIR_ENV)
+    if runs_dir:
+        Path(runs_dir).mkdir(parents=True, exist_ok=True)
+        (Path(runs_dir) / f"serving-{lay.name}.p{request.process}.json").write_text(result.model_dump_json(indent=1))
+    return result

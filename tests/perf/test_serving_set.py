@@ -1,0 +1,116 @@
+"""The serving set's worker with a fake engine (no GPU): equal KV memory, streams per cell, what is recorded."""
+
+from __future__ import annotations
+
+import sys
+import types
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from qualify.perf import serving_set
+from qualify.perf.implementations import default_implementations
+from qualify.perf.spec import WorkRequest, WorkResult
+from qualify.serve.dispatch_log import CACHED_EVENT, DispatchLog
+from qualify.serve.layouts import LAYOUTS
+
+SHAPE = {
+    "id": "t",
+    "cartridge_len": 16,
+    "page_size": 8,
+    "batches": [6],
+    "suffixes": [5],
+    "generated_tokens": 4,
+    "stream_requests": 12,
+    "engine": {"model_dir": "fixtures/qwen3_small", "kv_cache_memory_bytes": 1 << 20},
+}
+CAPACITY_TOKENS = 96  # what the fake's "KV memory" holds, in tokens of 8-token blocks
+
+
+class FakeEngine:
+    """Runs as many requests per step as its KV memory holds for the layout, one token each, FIFO."""
+
+    def __init__(self, fit: int, cached: int | None) -> None:
+        self.fit, self.cached = fit, cached
+        self.queue: list[str] = []
+        self.made: dict[str, int] = {}
+        self.log = DispatchLog()
+
+    def add_request(self, request_id: str, prompt: dict, params: object) -> None:
+        assert set(prompt) == {"prompt_token_ids"}
+        self.queue.append(request_id)
+        self.made[request_id] = 0
+        if self.cached is not None:  # the inject connector's record, as in the engine core
+            self.log.event(CACHED_EVENT, str(self.cached))
+
+    def step(self) -> list[SimpleNamespace]:
+        out = []
+        for rid in self.queue[: self.fit]:
+            self.made[rid] += 1
+            out.append(SimpleNamespace(request_id=rid, finished=self.made[rid] == 4,
+                                       outputs=[SimpleNamespace(token_ids=[0] * self.made[rid])]))  # fmt: skip
+        self.queue = [r for r in self.queue if self.made[r] < 4]
+        return out
+
+
+@pytest.fixture
+def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.setitem(sys.modules, "vllm", types.SimpleNamespace(__version__="0.26.0"))
+    built: dict[str, FakeEngine] = {}
+
+    def build_llm(layout, cartridge, cartridge_len, settings, seed=0):
+        assert settings.kv_cache_memory_bytes == 1 << 20
+        own, shared = serving_set.kv_tokens(layout, cartridge_len, 5 + 4, 8)
+        cached = None if layout.mode == "shared" else (shared if layout.prefix_caching else 0)
+        built[layout.name] = FakeEngine((CAPACITY_TOKENS - shared) // own, cached)
+        return SimpleNamespace(llm_engine=built[layout.name])
+
+    monkeypatch.setattr(serving_set, "build_llm", build_llm)
+    monkeypatch.setattr(serving_set, "kv_capacity", lambda llm: {"num_gpu_blocks": 12, "block_size": 8, "tokens": 96})
+    monkeypatch.setattr(serving_set, "cudagraph_mode", lambda llm: "FULL_AND_PIECEWISE")
+    monkeypatch.setattr(serving_set, "sampling_params", lambda max_tokens: ("params", max_tokens))
+    monkeypatch.setenv(serving_set.RUNS_DIR_ENV, str(tmp_path / "runs"))
+    return built
+
+
+def _request(layout: str) -> WorkRequest:
+    impl = default_implementations().get_set("serving")
+    timing = {"warmups": 1, "repetitions": 3}
+    return WorkRequest(implementation_set="serving", implementation=layout, measure=impl.measure,
+                       metrics=sorted(impl.get(layout).metrics), shape=SHAPE, timing=timing)  # fmt: skip
+
+
+def test_equal_kv_memory_admits_by_bytes_per_request(fake_vllm, tmp_path: Path) -> None:
+    shared = serving_set.measure(_request("shared-k16v8"))
+    inject = serving_set.measure(_request("bf16-inject"))
+    s, i = (r.cell("completed_requests_per_s", 6, 5) for r in (shared, inject))
+    # 96 tokens of KV: shared requests hold 16 (9 tokens in 8-token blocks), injected ones 32 (cartridge too).
+    assert (s.detail["requests_that_fit"], i.detail["requests_that_fit"]) == (6, 3)
+    assert s.detail["admitted_concurrency"] == 6 and i.detail["admitted_concurrency"] == 3
+    assert len(s.samples) == 3 and min(s.samples) > 0  # 1 warm-up stream, 3 timed
+    assert s.detail["peak_in_engine"] == [6.0] * 3
+    assert {c.metric for c in shared.cells} == set(serving_set.STREAM_METRICS)
+    saved = WorkResult.model_validate_json((tmp_path / "runs" / "serving-shared-k16v8.p0.json").read_text())
+    assert saved.cells == shared.cells and saved.implementation_set == "serving"
+
+
+def test_a_prefix_cached_stream_must_be_served_from_the_cache(fake_vllm, monkeypatch: pytest.MonkeyPatch) -> None:
+    cell = serving_set.measure(_request("bf16-prefix-cached")).cell("itl_p95_ms", 6, 5)
+    assert cell.detail["cartridge_positions_cached"] == [16] * 3 and cell.detail["kv_tokens_shared"] == 16
+    real = serving_set.build_llm
+
+    def no_cache(*args, **kwargs):
+        llm = real(*args, **kwargs)
+        llm.llm_engine.cached = 0
+        return llm
+
+    monkeypatch.setattr(serving_set, "build_llm", no_cache)
+    with pytest.raises(RuntimeError, match="not shared"):
+        serving_set.measure(_request("bf16-prefix-cached"))
+
+
+def test_the_serving_set_lists_every_layout_with_the_stream_metrics() -> None:
+    s = default_implementations().get_set("serving")
+    assert s.names() == list(LAYOUTS)
+    assert all(s.get(n).metrics == set(serving_set.STREAM_METRICS) for n in s.names())
