@@ -101,7 +101,8 @@ def serve_stream(
         for out in outputs:
             trace = traces.get(out.request_id)
             if trace is None:
-                continue
+                # Waiting for a request the engine names otherwise would never end: fail instead.
+                raise RuntimeError(f"the engine returned output for request {out.request_id!r}, not one it was sent")
             new = len(out.outputs[0].token_ids) - len(trace.token_s)
             trace.token_s.extend([t] * max(0, new))
             if out.finished:

@@ -100,3 +100,18 @@ def test_poisson_arrivals_count_ttft_from_arrival_and_wait_when_idle(test_seed: 
 def test_bad_streams_are_refused(kwargs: dict, match: str) -> None:
     with pytest.raises(ValueError, match=match):
         StreamSpec(**kwargs)
+
+
+def test_an_engine_that_renames_requests_fails_instead_of_hanging() -> None:
+    engine = FakeEngine([0.0], 2, 3)
+    real_step = engine.step
+
+    def renamed() -> list[SimpleNamespace]:
+        out = real_step()
+        for o in out:
+            o.request_id += "-internal"
+        return out
+
+    engine.step = renamed
+    with pytest.raises(RuntimeError, match="not one it was sent"):
+        _serve(engine, StreamSpec(4, 2))
