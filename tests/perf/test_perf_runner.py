@@ -97,6 +97,43 @@ def test_processes_per_implementation_serve_every_cell_interleaved(tmp_path: Pat
     assert outcomes[0].tables and outcomes[0].tables[0].rows[0][0] == "decode_tokens_per_s"
 
 
+def test_a_rotation_runs_every_layout_in_a_latin_square_and_other_gates_reuse_it(tmp_path: Path, log: Path) -> None:
+    c = ctx()
+    rotation = ["slow", "same-a", "fast"]
+    timing = {"repetitions": 3, "processes": 3, "worker_timeout_s": 120.0}
+    first = run(item(tmp_path, rotation=rotation, timing=timing), c)
+    started = [(w.split()[0], w.split()[-1]) for w in workers(log)]
+    # Process k runs the list rotated by k: every layout takes every position once.
+    assert started == [("slow", "p0"), ("same-a", "p0"), ("fast", "p0"),
+                       ("same-a", "p1"), ("fast", "p1"), ("slow", "p1"),
+                       ("fast", "p2"), ("slow", "p2"), ("same-a", "p2")]  # fmt: skip
+    assert first.passed and first.measurements.ratio == pytest.approx(1.5, rel=0.05)
+    assert "Latin square" in first.measurements.baseline_source
+    # A second gate comparing two other members of the rotation starts nothing new.
+    second = run(item(tmp_path, candidate="same-a", baseline="slow", rotation=rotation, timing=timing), c)
+    assert len(workers(log)) == 9 and second.measurements.candidate == "same-a"
+
+
+@pytest.mark.parametrize(
+    ("rotation", "match"),
+    [(["fast", "same-a"], "must name the candidate and baseline"), (["fast", "slow", "fast"], "twice"),
+     (["fast", "slow", "nope"], "not in the synthetic set")],
+)  # fmt: skip
+def test_a_bad_rotation_is_a_lint_error(tmp_path: Path, rotation: list[str], match: str) -> None:
+    from qualify.kinds.perf_nonregression.params import lint
+
+    p = PerfNonRegressionParams.model_validate({
+        "implementation_set": "engine", "candidate": "shared-k16v8", "baseline": "bf16-prefix-cached",
+        "metric": "output_tokens_per_s", "batch": 1, "suffix": 64,
+        "shape": {"id": "t", "batches": [1], "suffixes": [64]},
+        "thresholds": {"output_tokens_per_s": 1.0},
+        "rotation": [{"fast": "shared-k16v8", "slow": "bf16-prefix-cached", "same-a": "bf16-inject"}.get(n, n)
+                     for n in rotation],
+    })  # fmt: skip
+    issues = lint(p, None)
+    assert any(match.replace("synthetic", "engine") in i.message for i in issues), issues
+
+
 def test_slowed_candidate_is_flagged_as_a_regression(tmp_path: Path, log: Path) -> None:
     c = ctx()
     slowed = {"candidate": "fast", "baseline": "fast", "candidate_options": {"redundant_launches": 2}}

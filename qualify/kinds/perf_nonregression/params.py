@@ -37,6 +37,10 @@ class PerfNonRegressionParams(KindParams):
     # Ratio thresholds per metric: tokens/s ratios must be >= theirs, TTFT ratios <= theirs.
     thresholds: dict[MetricName, float] = Field(min_length=1)
     timing: Timing = Field(default_factory=Timing)
+    # Implementations measured with this item in a Latin-square order (process k runs the list rotated by k), so
+    # that every layout of a comparison takes every position in the run; must name the candidate and the baseline.
+    # Items of other gates that name the same list reuse those processes.
+    rotation: list[str] = Field(default_factory=list)
     hardware_counters: bool = False  # Nsight Compute counters of the candidate when ncu is on PATH
     baseline_public_key: str | None = None  # path (relative to the gate file); else $QUALIFY_BASELINE_PUBLIC_KEY
 
@@ -72,6 +76,17 @@ def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
         issues.append(
             LintIssue(("suffix",), f"suffix {p.suffix} is not in the shape set's suffixes {p.shape.suffixes}")
         )
+    if p.rotation:
+        missing = [n for n in (p.candidate, p.baseline) if n not in p.rotation]
+        if p.baseline == RELEASE:
+            issues.append(LintIssue(("rotation",), "a release baseline is not measured, so it cannot be rotated"))
+        elif missing:
+            issues.append(LintIssue(("rotation",), f"the rotation must name the candidate and baseline: {missing}"))
+        if len(set(p.rotation)) != len(p.rotation):
+            issues.append(LintIssue(("rotation",), f"the rotation names an implementation twice: {p.rotation}"))
+        for name in p.rotation:
+            if name not in impl_set.names():
+                issues.append(LintIssue(("rotation",), f"{name!r} is not in the {p.implementation_set} set"))
     if p.metric not in p.thresholds:
         issues.append(LintIssue(("thresholds",), f"no threshold for metric {p.metric}"))
     for name, value in p.thresholds.items():

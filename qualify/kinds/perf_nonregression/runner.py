@@ -104,6 +104,29 @@ def _measure_sides(ctx: RunContext, requests: list[list[WorkRequest]], timeout_s
     return results
 
 
+def latin_square(names: list[str], processes: int) -> list[list[str]]:
+    """The measurement order of each process: process k runs `names` rotated left by k (a cyclic Latin square
+    when there are as many processes as names; every name takes every position once per len(names) processes)."""
+    n = len(names)
+    return [names[k % n :] + names[: k % n] for k in range(processes)]
+
+
+def _measure_rotation(
+    ctx: RunContext, requests: dict[str, list[WorkRequest]], order: list[str], timeout_s: float
+) -> dict[str, list[WorkResult]]:
+    """One result per process of every rotated implementation, launched in the Latin-square order."""
+    processes = len(next(iter(requests.values())))
+    results: dict[str, list[WorkResult]] = {name: [] for name in order}
+    total, done = len(order) * processes, 0
+    for k, names in enumerate(latin_square(order, processes)):
+        for name in names:
+            ctx.progress("worker processes", done, total)
+            results[name].append(_measured(ctx, requests[name][k], timeout_s))
+            done += 1
+    ctx.progress("worker processes", done, total)
+    return results
+
+
 def _side(results: list[WorkResult], p: PerfNonRegressionParams, label: str) -> tuple[Side, Any]:
     cells = [r.cell(p.metric, p.batch, p.suffix) for r in results]
     pct = [c.pct_peak_bw for c in cells if c.pct_peak_bw is not None]
@@ -208,7 +231,17 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
     requests = [[_request(registry, p, p.candidate, p.candidate_options, ctx.seed, i) for i in processes]]
     if p.baseline != RELEASE:
         requests.append([_request(registry, p, p.baseline, p.baseline_options, ctx.seed, i) for i in processes])
-    results = _measure_sides(ctx, requests, timeout)
+    if p.rotation:
+        options = {p.candidate: p.candidate_options, p.baseline: p.baseline_options}
+        rotated = {
+            name: [_request(registry, p, name, options.get(name, ImplementationOptions()), ctx.seed, i)
+                   for i in processes]
+            for name in p.rotation
+        }  # fmt: skip
+        by_name = _measure_rotation(ctx, rotated, p.rotation, timeout)
+        results = [by_name[p.candidate], by_name[p.baseline]]
+    else:
+        results = _measure_sides(ctx, requests, timeout)
     cand_results = results[0]
     candidate, cand_cell = _side(cand_results, p, _label(p.candidate, p.candidate_options))
     base_cell = None
@@ -222,6 +255,9 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
         baseline, base_cell = _side(results[1], p, _label(p.baseline, p.baseline_options))
         n = p.timing.processes
         source = f"measured in this run ({n} fresh process{'es, interleaved with the candidate' if n > 1 else ''})"
+        if p.rotation:
+            source = (f"measured in this run ({n} fresh processes each of {', '.join(p.rotation)}, process k in "
+                      "that order rotated by k: a Latin square)")  # fmt: skip
     if p.timing.processes == 1:
         notes.append(
             "timing.processes is 1: one process per implementation, so the CI is the flat bootstrap over its "
