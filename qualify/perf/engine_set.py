@@ -44,6 +44,7 @@ from qualify.serve.engine import (
     prompt_token_ids,
     random_questions,
     run_batch,
+    startup_phases,
     write_random_cartridge,
 )
 from qualify.serve.layouts import ServingLayout
@@ -153,7 +154,8 @@ def measure(request: WorkRequest) -> WorkResult:
             Path(tmp) / "cartridge.safetensors", settings, shape.cartridge_len, request.seed
         )
         t0 = time.perf_counter()
-        llm = build_llm(lay, cartridge, shape.cartridge_len, settings, seed=request.seed)
+        with startup_phases() as phases:
+            llm = build_llm(lay, cartridge, shape.cartridge_len, settings, seed=request.seed)
         startup_s = time.perf_counter() - t0
         capacity = kv_capacity(llm)
         graphs = cudagraph_mode(llm)  # as requested; the engine core may resolve another (read back below)
@@ -204,7 +206,12 @@ def measure(request: WorkRequest) -> WorkResult:
             graphs = ", ".join(resolved)
             method = f"vllm LLM.generate, {'eager' if settings.enforce_eager else f'CUDA graphs ({graphs})'}"
             cells = [c.model_copy(update={"method": method}) for c in cells]
-        gpu: dict[str, Any] = {"kv_cache": capacity, "engine_startup_s": startup_s, "cudagraph_mode": graphs}
+        gpu: dict[str, Any] = {
+            "kv_cache": capacity,
+            "engine_startup_s": startup_s,
+            "startup_phases": phases,
+            "cudagraph_mode": graphs,
+        }
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()
             # Device-wide (the engine preallocates its KV cache up to gpu_memory_utilization).

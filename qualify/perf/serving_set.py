@@ -39,6 +39,7 @@ from qualify.serve.engine import (
     prompt_token_ids,
     random_questions,
     sampling_params,
+    startup_phases,
     write_random_cartridge,
 )
 from qualify.serve.layouts import layout as get_layout
@@ -97,7 +98,8 @@ def measure(request: WorkRequest) -> WorkResult:
         cart_path = Path(tmp) / "cartridge.safetensors"
         cartridge = write_random_cartridge(cart_path, settings, shape.cartridge_len, request.seed)
         t0 = time.perf_counter()
-        llm = build_llm(lay, cartridge, shape.cartridge_len, settings, seed=request.seed)
+        with startup_phases() as phases:
+            llm = build_llm(lay, cartridge, shape.cartridge_len, settings, seed=request.seed)
         startup_s = time.perf_counter() - t0
         capacity = kv_capacity(llm)
         params = sampling_params(gen)
@@ -132,7 +134,7 @@ def measure(request: WorkRequest) -> WorkResult:
         launched = read_dispatch_log(log)
         for c in cells:
             c.detail["specializations"] = launched
-        gpu: dict[str, Any] = {"kv_cache": capacity, "engine_startup_s": startup_s}
+        gpu: dict[str, Any] = {"kv_cache": capacity, "engine_startup_s": startup_s, "startup_phases": phases}
         gpu["cudagraph_mode"] = cudagraph_mode(llm)
         if torch.cuda.is_available():
             free, total = torch.cuda.mem_get_info()

@@ -5,8 +5,12 @@ Imports vLLM lazily: `EngineSettings` and the prompt builders are used by CPU co
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import random
+import re
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -78,6 +82,34 @@ def llm_kwargs(
         base["compilation_config"] = {"cudagraph_capture_sizes": list(settings.cudagraph_capture_sizes)}
     cfg = serving_config_for(layout, cartridge, cartridge_len, settings)
     return engine_kwargs(cfg, config["architectures"][0], prefix_caching=layout.prefix_caching, **base)
+
+
+# vLLM's start-up phases that say how long they took (model load, torch.compile, profiling, graph capture).
+_STARTUP_LINE = re.compile(r"\btook\b|finished in")
+
+
+@contextlib.contextmanager
+def startup_phases() -> Iterator[list[str]]:
+    """Collect vLLM's own log lines that time its start-up phases, while the block runs (in-process engine core:
+    vLLM's loggers are children of ``vllm``)."""
+    lines: list[str] = []
+
+    class _Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            message = record.getMessage()
+            if _STARTUP_LINE.search(message):
+                lines.append(message[:200])
+
+    handler, log = _Collect(level=logging.INFO), logging.getLogger("vllm")
+    level = log.level
+    if log.getEffectiveLevel() > logging.INFO:  # vLLM configures INFO itself; a bare logger would drop the lines
+        log.setLevel(logging.INFO)
+    log.addHandler(handler)
+    try:
+        yield lines
+    finally:
+        log.removeHandler(handler)
+        log.setLevel(level)
 
 
 def build_llm(

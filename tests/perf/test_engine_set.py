@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import random
 import sys
 import types
@@ -42,6 +43,8 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, test_seed: int):
 
     def build_llm(layout, cartridge, cartridge_len, settings, seed=0):
         assert Path(cartridge).exists()
+        logging.getLogger("vllm.v1.engine.core").info("init engine (profile, create kv cache, warmup model) took 9.5 s")
+        logging.getLogger("vllm.v1.engine.core").info("an unrelated line")
         engines[layout.name] = FakeEngine(speed=2.0 if layout.mode == "shared" else 1.0)
         engines[layout.name].prefix_caching = layout.prefix_caching
         return engines[layout.name]
@@ -94,6 +97,8 @@ def test_measure_sends_exact_shapes_and_records_cells(fake_vllm, tmp_path: Path)
     # 16 + 5 + 3 = 24 tokens: 3 whole blocks of 8 per request.
     assert cell.detail["kv_tokens_per_request"] == 24 and cell.detail["admitted_concurrency"] == 800 // 24 == 33
     assert cell.method == "vllm LLM.generate, CUDA graphs (FULL_AND_PIECEWISE)"
+    # vLLM's own start-up timings are kept; nothing else it logs.
+    assert result.gpu["startup_phases"] == ["init engine (profile, create kv cache, warmup model) took 9.5 s"]
     assert result.cell("ttft_p50_ms", 1, 5).samples[0] > 0
     saved = WorkResult.model_validate_json((tmp_path / "runs" / "bf16-inject.p0.json").read_text())
     assert saved.cells == result.cells
