@@ -11,8 +11,8 @@ write_live_kv
     Writes a step's new live K (BF16) and V (BF16 or FP8 E4M3) into paged caches of any stride, one launch.
 reference_attention
     fp32 PyTorch definition the kernel is checked against.
-build_injection_layout, build_cascade_layout, split_combined_kv, block_table_to_indptr
-    Layout helpers for comparisons with ordinary injection and FlashInfer's cascade.
+build_injection_layout, build_cascade_layout, shared_page_table, split_combined_kv, block_table_to_indptr
+    Layout helpers for comparisons with ordinary injection, FlashInfer's cascade and prefix-cached shared pages.
 kernel_identity
     Source / compiler / binary identity for reports.
 dispatch.dispatch_table, dispatch.specialization_of
@@ -59,6 +59,7 @@ _EXPORTS = {
     "build_cascade_layout": "paging",
     "build_injection_layout": "paging",
     "live_lengths": "paging",
+    "shared_page_table": "paging",
     "split_combined_kv": "paging",
     "AttentionProblem": "problems",
     "random_problem": "problems",
@@ -89,6 +90,7 @@ __all__ = [
     "prefill_config",
     "random_problem",
     "reference_attention",
+    "shared_page_table",
     "source_sha256",
     "split_combined_kv",
     "write_live_kv",

@@ -316,3 +316,26 @@ def build_cascade_layout(
         unique_indices=torch.arange(n_cart, n_cart + live.shape[0], **i32),
         unique_last_page_len=kv_last_page_len.to(**i32).clone(),
     )
+
+
+def shared_page_table(layout: CascadeLayout) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The page table of `layout`'s pool in which every request's list starts with the one shared copy of the
+    cartridge pages, then its own live pages: what vLLM's prefix cache gives (every request's block table points
+    at the same cartridge blocks), for a single-level paged kernel. No cartridge is copied.
+
+    Returns
+    -------
+    tuple of torch.Tensor
+        ``kv_indptr`` ``(B + 1,)``, ``kv_indices`` and ``kv_last_page_len`` ``(B,)``, int32 on the layout's device.
+    """
+    shared = layout.shared_indices
+    n_cart = shared.numel()
+    indptr = layout.unique_indptr.to(torch.int64)
+    batch = indptr.numel() - 1
+    pieces = []
+    for b in range(batch):
+        pieces += [shared, layout.unique_indices[int(indptr[b]) : int(indptr[b + 1])]]
+    own = indptr[1:] - indptr[:-1]
+    kv_indptr = torch.zeros(batch + 1, dtype=torch.int32, device=shared.device)
+    kv_indptr[1:] = torch.cumsum(own + n_cart, 0).to(torch.int32)
+    return kv_indptr, torch.cat(pieces).to(torch.int32), layout.unique_last_page_len.clone()

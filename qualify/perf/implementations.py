@@ -129,6 +129,14 @@ KERNEL_SET = ImplementationSet(
             bytes=_INJECTED_FP8,
         ),
         Implementation(
+            "flashinfer-shared-pages-bf16",
+            "what prefix caching gives: every request's page list starts at one shared copy of the BF16 cartridge "
+            "pages, FlashInfer paged decode and FA3 paged prefill (no copy)",
+            _BOTH,
+            builder=f"{_KERNELS}:build_shared_pages_bf16",
+            bytes=_SHARED_BF16,
+        ),
+        Implementation(
             "flashinfer-cascade-bf16",
             "FlashInfer MultiLevelCascadeAttentionWrapper: one shared cartridge level + per-request level, merged",
             _BOTH,

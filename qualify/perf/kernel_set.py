@@ -313,6 +313,43 @@ def _cascade(spec: CellSpec) -> Built:
     return Built(_layer_calls(spec, one), keep=[ws, w, layouts, qs])
 
 
+def _shared_pages(spec: CellSpec) -> Built:
+    """FlashInfer's single-level paged decode / FA3 prefill with every request's page list starting at one shared
+    copy of the cartridge pages (`cartridge_attn.shared_page_table`): what vLLM's prefix caching gives. TTFT
+    prefills the suffix over cartridge + suffix pages and copies nothing."""
+    import cartridge_attn as ca
+
+    fi = _flashinfer()
+    s = spec.shape
+    pt = page_table(spec, shuffle=False)
+    layouts = []
+    for _ in range(spec.n_sets):
+        live_k, live_v = _live_pages(spec, pt)
+        cart_k, cart_v = (_randn(spec, s.cartridge_len, s.num_kv_heads, s.head_dim) for _ in range(2))
+        layouts.append(ca.build_cascade_layout(cart_k, cart_v, live_k, live_v, pt.kv_indptr, pt.kv_indices,
+                                               pt.kv_last_page_len))  # fmt: skip
+        del live_k, live_v, cart_k, cart_v
+    kv_indptr, kv_indices, last = ca.shared_page_table(layouts[0])  # every set has the same table
+    ws = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=spec.device)
+    heads = (s.num_qo_heads, s.num_kv_heads, s.head_dim, s.page_size)
+    qs = [_randn(spec, spec.batch * spec.q_len, s.num_qo_heads, s.head_dim) for _ in range(spec.n_sets)]
+    outs = [torch.empty_like(q) for q in qs]
+    if spec.metric.phase == "decode":
+        w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
+        w.plan(kv_indptr, kv_indices, last, *heads, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
+    else:
+        w = fi.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend="fa3")
+        w.plan(
+            pt.qo_indptr, kv_indptr, kv_indices, last, *heads,
+            causal=True, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16,
+        )  # fmt: skip
+
+    def one(i: int) -> Callable[[], object]:
+        return lambda: w.run(qs[i], layouts[i].kv_cache, out=outs[i])
+
+    return Built(_layer_calls(spec, one), keep=[ws, w, layouts, qs, outs, kv_indptr, kv_indices, last])
+
+
 # The builders `KERNEL_SET` names (qualify.perf.implementations), one per implementation.
 def build_fused_k16v8(spec: CellSpec) -> Built:
     return _fused(spec, v_fp8=True)
@@ -332,6 +369,10 @@ def build_inject_fp8(spec: CellSpec) -> Built:
 
 def build_cascade_bf16(spec: CellSpec) -> Built:
     return _cascade(spec)
+
+
+def build_shared_pages_bf16(spec: CellSpec) -> Built:
+    return _shared_pages(spec)
 
 
 def build(name: str, spec: CellSpec) -> Built:

@@ -13,6 +13,7 @@ from cartridge_attn import (
     live_lengths,
     random_problem,
     reference_attention,
+    shared_page_table,
     split_combined_kv,
 )
 from cartridge_attn.paging import dequantize_v, gather_live
@@ -80,6 +81,30 @@ def test_cascade_layout_shares_one_cartridge_copy() -> None:
     assert torch.equal(gather_live(k_pages, lay.shared_indptr, lay.shared_indices, 0, 24), pr.cartridge_k)
     lk = gather_live(pr.live_k, pr.kv_indptr, pr.kv_indices, 1, 20)
     assert torch.equal(gather_live(k_pages, lay.unique_indptr, lay.unique_indices, 1, 20), lk)
+
+
+def test_shared_page_table_reads_what_injection_reads_without_copies(test_seed: int) -> None:
+    gen = torch.Generator().manual_seed(test_seed)
+    live = [int(torch.randint(1, 40, (), generator=gen)) for _ in range(4)]
+    pr = random_problem([1] * 4, live, cartridge_len=24, seed=test_seed)
+    args = (pr.cartridge_k, pr.cartridge_v, pr.live_k, pr.live_v, pr.kv_indptr, pr.kv_indices, pr.kv_last_page_len)
+    shared = build_cascade_layout(*args, cartridge_v_scale=pr.cartridge_v_scale)
+    injected = build_injection_layout(*args, cartridge_v_scale=pr.cartridge_v_scale)
+    indptr, indices, last = shared_page_table(shared)
+    assert torch.equal(last, injected.kv_last_page_len) and torch.equal(indptr, injected.kv_indptr.to(torch.int32))
+    n_cart = 24 // 8
+    sk, sv = split_combined_kv(shared.kv_cache)
+    ik, iv = split_combined_kv(injected.kv_cache)
+    for b in range(4):
+        assert indices[int(indptr[b]) : int(indptr[b]) + n_cart].tolist() == list(range(n_cart))  # one copy, shared
+        n = 24 + live[b]
+        assert torch.equal(
+            gather_live(sk, indptr, indices, b, n), gather_live(ik, injected.kv_indptr, injected.kv_indices, b, n)
+        )
+        assert torch.equal(
+            gather_live(sv, indptr, indices, b, n), gather_live(iv, injected.kv_indptr, injected.kv_indices, b, n)
+        )
+    assert shared.kv_cache.shape[0] < injected.kv_cache.shape[0]  # the pool holds the cartridge once
 
 
 def test_reference_matches_sdpa_on_injection_layout() -> None:
