@@ -272,27 +272,26 @@ def _inject(spec: CellSpec, *, fp8: bool) -> Built:
     return Built(_layer_calls(spec, one_ttft), keep=[ws, w, caches, carts, qs, outs, lay0])
 
 
-def _cascade(spec: CellSpec) -> Built:
+def _one_cartridge_pools(spec: CellSpec, pt: PageTable) -> list[Any]:
+    """Per set: one page pool holding a single copy of the cartridge's pages, then every request's live pages."""
     import cartridge_attn as ca
 
-    fi = _flashinfer()
     s = spec.shape
-    pt = page_table(spec, shuffle=False)
     layouts = []
     for _ in range(spec.n_sets):
         live_k, live_v = _live_pages(spec, pt)
-        layouts.append(
-            ca.build_cascade_layout(
-                _randn(spec, s.cartridge_len, s.num_kv_heads, s.head_dim),
-                _randn(spec, s.cartridge_len, s.num_kv_heads, s.head_dim),
-                live_k,
-                live_v,
-                pt.kv_indptr,
-                pt.kv_indices,
-                pt.kv_last_page_len,
-            )
-        )
-        del live_k, live_v
+        cart_k, cart_v = (_randn(spec, s.cartridge_len, s.num_kv_heads, s.head_dim) for _ in range(2))
+        layouts.append(ca.build_cascade_layout(cart_k, cart_v, live_k, live_v, pt.kv_indptr, pt.kv_indices,
+                                               pt.kv_last_page_len))  # fmt: skip
+        del live_k, live_v, cart_k, cart_v
+    return layouts
+
+
+def _cascade(spec: CellSpec) -> Built:
+    fi = _flashinfer()
+    s = spec.shape
+    pt = page_table(spec, shuffle=False)
+    layouts = _one_cartridge_pools(spec, pt)
     c0 = layouts[0]
     ws = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=spec.device)
     w = fi.MultiLevelCascadeAttentionWrapper(2, ws, "NHD")
@@ -322,13 +321,7 @@ def _shared_pages(spec: CellSpec) -> Built:
     fi = _flashinfer()
     s = spec.shape
     pt = page_table(spec, shuffle=False)
-    layouts = []
-    for _ in range(spec.n_sets):
-        live_k, live_v = _live_pages(spec, pt)
-        cart_k, cart_v = (_randn(spec, s.cartridge_len, s.num_kv_heads, s.head_dim) for _ in range(2))
-        layouts.append(ca.build_cascade_layout(cart_k, cart_v, live_k, live_v, pt.kv_indptr, pt.kv_indices,
-                                               pt.kv_last_page_len))  # fmt: skip
-        del live_k, live_v, cart_k, cart_v
+    layouts = _one_cartridge_pools(spec, pt)
     kv_indptr, kv_indices, last = ca.shared_page_table(layouts[0])  # every set has the same table
     ws = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=spec.device)
     heads = (s.num_qo_heads, s.num_kv_heads, s.head_dim, s.page_size)
