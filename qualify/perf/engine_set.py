@@ -15,12 +15,10 @@ With ``QUALIFY_ENGINE_RUNS_DIR`` set, each worker also writes its result there a
 
 from __future__ import annotations
 
-import contextlib
 import os
 import random
 import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -29,13 +27,7 @@ import torch
 from qualify.perf.gpu_info import device_facts, read_clocks, versions
 from qualify.perf.spec import Cell, WorkRequest, WorkResult
 from qualify.serve.config import Mode
-from qualify.serve.dispatch_log import (
-    CACHED_EVENT,
-    DISPATCH_LOG_ENV,
-    read_dispatch_events,
-    read_dispatch_log,
-    read_dispatch_notes,
-)
+from qualify.serve.dispatch_log import cartridge_positions, dispatch_log_in, read_dispatch_log, read_dispatch_notes
 from qualify.serve.engine import (
     BatchTiming,
     build_llm,
@@ -54,21 +46,6 @@ from qualify.serve.settings import EngineSettings
 RUNS_DIR_ENV = "QUALIFY_ENGINE_RUNS_DIR"
 
 
-@contextlib.contextmanager
-def dispatch_log_in(folder: Path) -> Iterator[Path]:
-    """Point the engine processes this worker starts at a dispatch log in `folder` (they inherit the variable)."""
-    path = folder / "dispatch.log"
-    before = os.environ.get(DISPATCH_LOG_ENV)
-    os.environ[DISPATCH_LOG_ENV] = str(path)
-    try:
-        yield path
-    finally:
-        if before is None:
-            os.environ.pop(DISPATCH_LOG_ENV, None)
-        else:
-            os.environ[DISPATCH_LOG_ENV] = before
-
-
 def kv_tokens(lay: ServingLayout, cartridge_len: int, prompt_and_output: int, block_size: int) -> tuple[int, int]:
     """(KV tokens one request holds on its own, KV tokens held once for every request) in whole blocks.
 
@@ -83,25 +60,68 @@ def kv_tokens(lay: ServingLayout, cartridge_len: int, prompt_and_output: int, bl
     return (blocks - shared) * block_size, shared * block_size
 
 
-def _cached_positions(log: Path, batch: int, timed: Any) -> tuple[BatchTiming, list[int]]:
-    """Run one batch (`timed()`), and the cartridge positions the prefix cache held for each of its requests, as
-    the inject connector saw them (vLLM's own per-request count adds the connector's positions to the cache's)."""
-    before = len(read_dispatch_events(log, CACHED_EVENT))
-    result = timed()
-    return result, [int(v) for v in read_dispatch_events(log, CACHED_EVENT)[before:]]
-
-
-def _check_cache_hits(lay: ServingLayout, batch: int, cached: list[int], cartridge_len: int, block_size: int) -> None:
+def check_cartridge_shared(lay: ServingLayout, requests: int, cached: list[int], want: int) -> None:
+    """A prefix-cached layout must have found the cartridge's `want` positions (its full blocks) in vLLM's prefix
+    cache for each of the `requests` it timed; otherwise it measured per-request injection under another name."""
     if not lay.prefix_caching:
         return
-    want = (cartridge_len // block_size) * block_size
-    if len(cached) < batch or min(cached) < want:
+    if len(cached) < requests or min(cached) < want:
         seen = f"{min(cached)} cartridge positions" if cached else "no cartridge prompt"
         raise RuntimeError(
-            f"layout {lay.name}: in a timed batch of {batch} the connector saw {len(cached)} cartridge prompts, the "
+            f"layout {lay.name}: of {requests} timed requests the connector saw {len(cached)} cartridge prompts, the "
             f"least cached with {seen} from the prefix cache, not the cartridge's {want} in full blocks: the "
             "cartridge was not shared, so this is not the prefix-cached baseline"
         )
+
+
+def run_method(how: str, settings: EngineSettings, graphs: str) -> str:
+    """A cell's method: how it was served and in which execution mode."""
+    return f"{how}, {'eager' if settings.enforce_eager else f'CUDA graphs ({graphs})'}"
+
+
+def engine_gpu_facts(
+    capacity: dict[str, Any], startup_s: float, phases: list[str], requested_mode: str, log: Path
+) -> dict[str, Any]:
+    """The engine's facts for a result: KV cache, start-up time and its phases, the CUDA-graph mode (the one the
+    fused backend read inside the engine core where it reported one), device and memory in use."""
+    resolved = read_dispatch_notes(log).get("cudagraph_mode")
+    gpu: dict[str, Any] = {
+        "kv_cache": capacity,
+        "engine_startup_s": startup_s,
+        "startup_phases": phases,  # where the start-up time went, in vLLM's own words
+        "cudagraph_mode": ", ".join(resolved) if resolved else requested_mode,
+    }
+    if torch.cuda.is_available():
+        free, total = torch.cuda.mem_get_info()
+        # Device-wide (the engine preallocates its KV cache up to gpu_memory_utilization or kv_cache_memory_bytes).
+        gpu.update(device_facts(), device_memory_used_bytes=int(total - free))
+    return gpu
+
+
+def finish_run(
+    request: WorkRequest, cells: list[Cell], gpu: dict[str, Any], clocks_before: Any, started: float,
+    notes: list[str], file_stem: str,
+) -> WorkResult:  # fmt: skip
+    """The worker's result; with ``QUALIFY_ENGINE_RUNS_DIR`` set, also written there as ``<stem>.p<process>.json``."""
+    import vllm
+
+    result = WorkResult(
+        implementation_set=request.implementation_set,
+        implementation=request.implementation,
+        options=request.options,
+        process=request.process,
+        cells=cells,
+        gpu=gpu,
+        clocks={"before": clocks_before, "after": read_clocks()},
+        versions={**versions(), "vllm": vllm.__version__},
+        wall_s=time.perf_counter() - started,
+        notes=notes,
+    )
+    runs_dir = os.environ.get(RUNS_DIR_ENV)
+    if runs_dir:
+        Path(runs_dir).mkdir(parents=True, exist_ok=True)
+        (Path(runs_dir) / f"{file_stem}.p{request.process}.json").write_text(result.model_dump_json(indent=1))
+    return result
 
 
 def _cells(
@@ -159,7 +179,7 @@ def measure(request: WorkRequest) -> WorkResult:
         startup_s = time.perf_counter() - t0
         capacity = kv_capacity(llm)
         graphs = cudagraph_mode(llm)  # as requested; the engine core may resolve another (read back below)
-        method = f"vllm LLM.generate, {'eager' if settings.enforce_eager else f'CUDA graphs ({graphs})'}"
+        method = run_method("vllm LLM.generate", settings, graphs)
         cells: list[Cell] = []
         for suffix in shape.suffixes:
             own, shared_once = kv_tokens(lay, shape.cartridge_len, suffix + gen, capacity["block_size"])
@@ -173,9 +193,10 @@ def measure(request: WorkRequest) -> WorkResult:
                     run_batch(llm, prompts(), gen)
                 runs, cached = [], []
                 for _ in range(timing.repetitions):
-                    result, hits = _cached_positions(log, batch, lambda: run_batch(llm, prompts(), gen))
-                    _check_cache_hits(lay, batch, hits, shape.cartridge_len, capacity["block_size"])
-                    runs.append(result)
+                    seen = len(cartridge_positions(log))
+                    runs.append(run_batch(llm, prompts(), gen))
+                    hits = cartridge_positions(log)[seen:]
+                    check_cartridge_shared(lay, batch, hits, shared_once)
                     cached.append(min(hits) if hits else 0)
                 fit = (capacity["tokens"] - shared_once) // own
                 detail = {
@@ -201,39 +222,8 @@ def measure(request: WorkRequest) -> WorkResult:
         for c in cells:
             c.detail["specializations"] = launched
         # The fused backend reports the mode vLLM resolved inside the engine core; other layouts keep the request.
-        resolved = read_dispatch_notes(log).get("cudagraph_mode")
-        if resolved:
-            graphs = ", ".join(resolved)
-            method = f"vllm LLM.generate, {'eager' if settings.enforce_eager else f'CUDA graphs ({graphs})'}"
+        gpu = engine_gpu_facts(capacity, startup_s, phases, graphs, log)
+        if gpu["cudagraph_mode"] != graphs:
+            method = run_method("vllm LLM.generate", settings, gpu["cudagraph_mode"])
             cells = [c.model_copy(update={"method": method}) for c in cells]
-        gpu: dict[str, Any] = {
-            "kv_cache": capacity,
-            "engine_startup_s": startup_s,
-            "startup_phases": phases,
-            "cudagraph_mode": graphs,
-        }
-        if torch.cuda.is_available():
-            free, total = torch.cuda.mem_get_info()
-            # Device-wide (the engine preallocates its KV cache up to gpu_memory_utilization).
-            gpu.update(device_facts(), device_memory_used_bytes=int(total - free))
-    import vllm
-
-    result = WorkResult(
-        implementation_set=request.implementation_set,
-        implementation=request.implementation,
-        options=request.options,
-        process=request.process,
-        cells=cells,
-        gpu=gpu,
-        clocks={"before": clocks_before, "after": read_clocks()},
-        versions={**versions(), "vllm": vllm.__version__},
-        identity=None,
-        peak_bandwidth_tbps=None,
-        wall_s=time.perf_counter() - started,
-        notes=notes,
-    )
-    runs_dir = os.environ.get(RUNS_DIR_ENV)
-    if runs_dir:
-        Path(runs_dir).mkdir(parents=True, exist_ok=True)
-        (Path(runs_dir) / f"{lay.name}.p{request.process}.json").write_text(result.model_dump_json(indent=1))
-    return result
+    return finish_run(request, cells, gpu, clocks_before, started, notes, lay.name)

@@ -16,7 +16,6 @@ With ``QUALIFY_ENGINE_RUNS_DIR`` set, each worker writes its result there as ``s
 
 from __future__ import annotations
 
-import os
 import random
 import statistics
 import tempfile
@@ -25,13 +24,11 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import torch
-
-from qualify.perf.engine_set import RUNS_DIR_ENV, dispatch_log_in, kv_tokens
-from qualify.perf.gpu_info import device_facts, read_clocks, versions
+from qualify.perf.engine_set import check_cartridge_shared, engine_gpu_facts, finish_run, kv_tokens, run_method
+from qualify.perf.gpu_info import read_clocks
 from qualify.perf.metrics import METRICS
 from qualify.perf.spec import Cell, WorkRequest, WorkResult
-from qualify.serve.dispatch_log import CACHED_EVENT, read_dispatch_events, read_dispatch_log
+from qualify.serve.dispatch_log import cartridge_positions, dispatch_log_in, read_dispatch_log
 from qualify.serve.engine import (
     build_llm,
     cudagraph_mode,
@@ -67,16 +64,12 @@ def _serve_cell(
     for rep in range(timing.warmups + timing.repetitions):
         spec = StreamSpec(shape.stream_requests, clients, shape.arrival_rate_per_s, seed=seed * 1000 + rep)
         label = spec.label
-        before = len(read_dispatch_events(log, CACHED_EVENT))
+        before = len(cartridge_positions(log))
         traces, wall = serve_stream(engine, prompts, params, spec, request_prefix=f"s{suffix}c{clients}r{rep}")
-        hits = [int(v) for v in read_dispatch_events(log, CACHED_EVENT)[before:]]
+        hits = cartridge_positions(log)[before:]
         if rep < timing.warmups:
             continue
-        if lay.prefix_caching and (len(hits) < spec.requests or min(hits) < shared_once):
-            raise RuntimeError(
-                f"layout {lay.name}: a timed stream's requests found {min(hits, default=0)} cartridge positions in "
-                f"the prefix cache, not {shared_once}: the cartridge was not shared"
-            )
+        check_cartridge_shared(lay, spec.requests, hits, shared_once)
         runs.append(stream_metrics(traces, wall))
         cached.append(min(hits) if hits else 0)
     return runs, cached, label
@@ -103,7 +96,8 @@ def measure(request: WorkRequest) -> WorkResult:
         startup_s = time.perf_counter() - t0
         capacity = kv_capacity(llm)
         params = sampling_params(gen)
-        method = f"vllm LLMEngine request stream, {'eager' if settings.enforce_eager else 'CUDA graphs'}"
+        graphs = cudagraph_mode(llm)
+        method = run_method("vllm LLMEngine request stream", settings, graphs)
         cells: list[Cell] = []
         for suffix in shape.suffixes:
             own, shared_once = kv_tokens(lay, shape.cartridge_len, suffix + gen, capacity["block_size"])
@@ -134,29 +128,11 @@ def measure(request: WorkRequest) -> WorkResult:
         launched = read_dispatch_log(log)
         for c in cells:
             c.detail["specializations"] = launched
-        gpu: dict[str, Any] = {"kv_cache": capacity, "engine_startup_s": startup_s, "startup_phases": phases}
-        gpu["cudagraph_mode"] = cudagraph_mode(llm)
-        if torch.cuda.is_available():
-            free, total = torch.cuda.mem_get_info()
-            gpu.update(device_facts(), device_memory_used_bytes=int(total - free))
-    import vllm
-
+        gpu = engine_gpu_facts(capacity, startup_s, phases, graphs, log)
+        if gpu["cudagraph_mode"] != graphs:
+            method = run_method("vllm LLMEngine request stream", settings, gpu["cudagraph_mode"])
+            cells = [c.model_copy(update={"method": method}) for c in cells]
     peak = statistics.median(cells[0].detail["peak_in_engine"]) if cells else 0
-    result = WorkResult(
-        implementation_set=request.implementation_set,
-        implementation=request.implementation,
-        options=request.options,
-        process=request.process,
-        cells=cells,
-        gpu=gpu,
-        clocks={"before": clocks_before, "after": read_clocks()},
-        versions={**versions(), "vllm": vllm.__version__},
-        wall_s=time.perf_counter() - started,
-        notes=[f"layout {lay.name}: {lay.description}", f"equal KV memory: {settings.kv_cache_memory_bytes} bytes",
-               f"median peak of requests in the engine, first cell: {peak}"],
-    )  # fmt: skip
-    runs_dir = os.environ.get(RUNS_DIR_ENV)
-    if runs_dir:
-        Path(runs_dir).mkdir(parents=True, exist_ok=True)
-        (Path(runs_dir) / f"serving-{lay.name}.p{request.process}.json").write_text(result.model_dump_json(indent=1))
-    return result
+    notes = [f"layout {lay.name}: {lay.description}", f"equal KV memory: {settings.kv_cache_memory_bytes} bytes",
+             f"median peak of requests in the engine, first cell: {peak}"]  # fmt: skip
+    return finish_run(request, cells, gpu, clocks_before, started, notes, f"serving-{lay.name}")

@@ -12,7 +12,9 @@ Neither is ever taken for a key.
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 DISPATCH_LOG_ENV = "QUALIFY_DISPATCH_LOG"
@@ -83,3 +85,24 @@ def read_dispatch_events(path: Path, name: str) -> list[str]:
             if key == name:
                 out.append(value)
     return out
+
+
+@contextlib.contextmanager
+def dispatch_log_in(folder: Path) -> Iterator[Path]:
+    """Point the engines this process starts at a dispatch log in `folder` (their processes inherit the variable)."""
+    path = folder / "dispatch.log"
+    before = os.environ.get(DISPATCH_LOG_ENV)
+    os.environ[DISPATCH_LOG_ENV] = str(path)
+    try:
+        yield path
+    finally:
+        if before is None:
+            os.environ.pop(DISPATCH_LOG_ENV, None)
+        else:
+            os.environ[DISPATCH_LOG_ENV] = before
+
+
+def cartridge_positions(path: Path) -> list[int]:
+    """For every cartridge prompt the inject connector saw, in order: the cartridge positions vLLM's prefix cache
+    held for it (vLLM's own per-request cached count adds the connector's positions to the cache's)."""
+    return [int(v) for v in read_dispatch_events(path, CACHED_EVENT)]

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from qualify.perf import serving_set
+from qualify.perf import engine_set, serving_set
 from qualify.perf.implementations import default_implementations
 from qualify.perf.spec import WorkRequest, WorkResult
 from qualify.serve.dispatch_log import CACHED_EVENT, DispatchLog
@@ -70,7 +70,7 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     monkeypatch.setattr(serving_set, "kv_capacity", lambda llm: {"num_gpu_blocks": 12, "block_size": 8, "tokens": 96})
     monkeypatch.setattr(serving_set, "cudagraph_mode", lambda llm: "FULL_AND_PIECEWISE")
     monkeypatch.setattr(serving_set, "sampling_params", lambda max_tokens: ("params", max_tokens))
-    monkeypatch.setenv(serving_set.RUNS_DIR_ENV, str(tmp_path / "runs"))
+    monkeypatch.setenv(engine_set.RUNS_DIR_ENV, str(tmp_path / "runs"))
     return built
 
 
