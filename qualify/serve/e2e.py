@@ -7,7 +7,8 @@
 mode (torch.compile, CUDA graphs; ``--eager`` for eager mode), sends a fixed set of prompts (the same question
 tokens for every layout; inject prepends the placeholder run) and writes greedy tokens with top-5
 log-probabilities per position. A prefix-cached layout first serves one priming request, so that every
-recorded prompt finds the cartridge's blocks in the prefix cache (each record keeps its cached prompt tokens).
+recorded prompt finds the cartridge's blocks in the prefix cache (the document keeps, per cartridge prompt, the
+positions the cache held, from the inject connector's record).
 The cartridge is random and seeded, identical for every layout. `compare` applies `qualify.serve.agreement`
 and exits 1 when the check fails. The command line (`qualify.cli`) only parses arguments; both commands are here.
 """
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from qualify.serve.agreement import generations_from_json, logprob_agreement, token_identity
+from qualify.serve.dispatch_log import cartridge_positions, dispatch_log_in
 from qualify.serve.layouts import layout
 from qualify.serve.settings import EngineSettings
 
@@ -53,7 +55,7 @@ def generate(layout_name: str, out: Path, *, prompts: int, question_len: int, ma
     settings = settings.model_copy(update={"enforce_eager": eager})
     vocab = int(settings.hf_config()["vocab_size"])
     questions = random_questions(prompts, question_len, vocab, random.Random(seed), settings.placeholder_token_id)
-    with tempfile.TemporaryDirectory(prefix="qualify-e2e-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="qualify-e2e-") as tmp, dispatch_log_in(Path(tmp)) as log:
         cart = write_random_cartridge(Path(tmp) / "cartridge.safetensors", settings, cartridge_len, seed)
         llm = build_llm(lay, cart, cartridge_len, settings, seed=seed)
         token_ids = prompt_token_ids(lay, questions, cartridge_len, settings.placeholder_token_id)
@@ -62,19 +64,23 @@ def generate(layout_name: str, out: Path, *, prompts: int, question_len: int, ma
             priming = random_questions(1, question_len, vocab, random.Random(seed + 1), settings.placeholder_token_id)
             prime = prompt_token_ids(lay, priming, cartridge_len, settings.placeholder_token_id)
             llm.generate([TokensPrompt(prompt_token_ids=p) for p in prime], sampling_params(1), use_tqdm=False)
+        seen = len(cartridge_positions(log))
         outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in token_ids], params, use_tqdm=False)
+        # What vLLM's prefix cache held of the cartridge for each recorded prompt, as the inject connector saw it
+        # (vLLM's own per-request count adds the connector's positions, so it cannot tell a cache hit apart).
+        from_cache = cartridge_positions(log)[seen:]
         block_size = kv_capacity(llm)["block_size"]
     records = []
     for o in outs:
         c = o.outputs[0]
         tops = [{str(t): float(lp.logprob) for t, lp in pos.items()} for pos in (c.logprobs or [])]
-        cached = int(getattr(o, "num_cached_tokens", 0) or 0)
-        records.append({"tokens": list(c.token_ids), "top_logprobs": tops, "cached_prompt_tokens": cached})
+        records.append({"tokens": list(c.token_ids), "top_logprobs": tops})
     doc = {
         "layout": lay.name,
         "description": lay.description,
         "enforce_eager": settings.enforce_eager,
         "block_size": block_size,
+        "cartridge_positions_cached": from_cache,  # one per cartridge prompt, in scheduling order
         "model_dir": settings.model_dir,
         "load_format": settings.load_format,
         "cartridge_len": cartridge_len,
