@@ -205,10 +205,8 @@ def measure(request: WorkRequest) -> WorkResult:
                     "ttft_p95_ms": [r.ttft_quantile_ms(0.95) for r in runs],
                     "wall_ms": [r.wall_s * 1e3 for r in runs],
                     "prompt_tokens_per_request": (shape.cartridge_len if lay.mode is Mode.INJECT else 0) + suffix,
-                    # per repetition, the least of its requests: cartridge positions from vLLM's prefix cache, and
-                    # prompt tokens vLLM reports as cached (the prefix cache's and the connector's together)
+                    # per repetition, the least of its requests: cartridge positions from vLLM's prefix cache
                     "cartridge_positions_cached": cached,
-                    "cached_prompt_tokens_per_request": [min(r.cached_prompt_tokens) for r in runs],
                     "kv_tokens_per_request": own,
                     "kv_tokens_shared": shared_once,
                     "kv_capacity_tokens": capacity["tokens"],

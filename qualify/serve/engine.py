@@ -145,7 +145,6 @@ class BatchTiming:
     wall_s: float
     output_tokens: int
     ttft_s: list[float]
-    cached_prompt_tokens: list[int]  # per request: prompt tokens served from vLLM's prefix cache
 
     @property
     def output_tokens_per_s(self) -> float:
@@ -181,15 +180,14 @@ def run_batch(llm: Any, prompts: list[list[int]], max_tokens: int) -> BatchTimin
     start = time.perf_counter()
     outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
     wall = time.perf_counter() - start
-    ttft, tokens, cached = [], 0, []
+    ttft, tokens = [], 0
     for o in outs:
         tokens += len(o.outputs[0].token_ids)
         m = getattr(o, "metrics", None)
         if m is None or not getattr(m, "first_token_latency", 0.0):
             raise RuntimeError("vLLM returned no per-request metrics (first_token_latency); is log stats disabled?")
         ttft.append(float(m.first_token_latency))
-        cached.append(int(getattr(o, "num_cached_tokens", 0) or 0))
-    return BatchTiming(wall_s=wall, output_tokens=tokens, ttft_s=ttft, cached_prompt_tokens=cached)
+    return BatchTiming(wall_s=wall, output_tokens=tokens, ttft_s=ttft)
 
 
 def kv_capacity(llm: Any) -> dict[str, Any]:

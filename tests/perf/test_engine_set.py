@@ -53,14 +53,13 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, test_seed: int):
         llm.batches.append(prompts)
         wall = len(prompts) * max_tokens / (100.0 * llm.speed) * (1 + 0.01 * rng.random())
         # A prefix cache serves the cartridge's full blocks (16 tokens = 2 blocks of 8) once it has seen them; the
-        # engine core's connector logs what it found for every cartridge prompt (vLLM counts its own copy too).
+        # engine core's connector logs what it found for every cartridge prompt.
         hit = 16 if getattr(llm, "prefix_caching", False) and len(llm.batches) > 1 else 0
         log = DispatchLog()
         for p in prompts:
             if p[:16] == [0] * 16:
                 log.event(CACHED_EVENT, str(hit))
-        return BatchTiming(wall_s=wall, output_tokens=len(prompts) * max_tokens, ttft_s=[wall / 3] * len(prompts),
-                           cached_prompt_tokens=[16] * len(prompts))  # fmt: skip
+        return BatchTiming(wall_s=wall, output_tokens=len(prompts) * max_tokens, ttft_s=[wall / 3] * len(prompts))
 
     monkeypatch.setattr(engine_set, "build_llm", build_llm)
     monkeypatch.setattr(engine_set, "run_batch", run_batch)
@@ -121,8 +120,7 @@ def test_prefix_cached_layout_shares_the_cartridge_or_fails(fake_vllm, monkeypat
     assert cell.detail["cartridge_positions_cached"] == [16] * 4
     assert cell.detail["kv_tokens_shared"] == 16 and cell.detail["requests_that_fit"] == (800 - 16) // 8
     assert cell.detail["admitted_concurrency"] == 64  # max_num_seqs
-    # The same layout with no cache hits is per-request injection under another name, even though vLLM's own
-    # per-request count (the connector's positions included) says every prompt token was cached: refused.
+    # The same layout with no cache hits is per-request injection under another name: refused.
     real_build = engine_set.build_llm
 
     def no_cache(*args, **kwargs):
