@@ -149,15 +149,18 @@ KERNEL_SET = ImplementationSet(
 
 _ENGINE_METRICS = frozenset({"output_tokens_per_s", "ttft_p50_ms", "ttft_p95_ms"})
 
+
+def _one_per_layout(metrics: frozenset[str]) -> tuple[Implementation, ...]:
+    return tuple(Implementation(layout.name, layout.description, metrics) for layout in LAYOUTS.values())
+
+
 # One implementation per serving layout (qualify.serve.layouts, which imports nothing heavy either): the engine
 # set's measure builds each from its layout, so the names and descriptions are read from there.
 ENGINE_SET = ImplementationSet(
     name="engine",
     description="vLLM 0.26 serving a cartridge end to end (one fresh process per layout; output tok/s and TTFT)",
     measure="qualify.perf.engine_set:measure",
-    implementations=tuple(
-        Implementation(layout.name, layout.description, _ENGINE_METRICS) for layout in LAYOUTS.values()
-    ),
+    implementations=_one_per_layout(_ENGINE_METRICS),
 )
 
 
@@ -168,9 +171,7 @@ SERVING_SET = ImplementationSet(
     name="serving",
     description="vLLM 0.26 serving a request stream with the same KV memory for every layout (completed req/s, ITL)",
     measure="qualify.perf.serving_set:measure",
-    implementations=tuple(
-        Implementation(layout.name, layout.description, _SERVING_METRICS) for layout in LAYOUTS.values()
-    ),
+    implementations=_one_per_layout(_SERVING_METRICS),
 )
 
 

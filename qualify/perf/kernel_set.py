@@ -224,37 +224,47 @@ def _injection_caches(spec: CellSpec, pt: PageTable) -> tuple[list[Any], list[to
     return layouts, carts
 
 
-def _inject(spec: CellSpec, *, fp8: bool) -> Built:
+def _planned_paged(
+    spec: CellSpec, pt: PageTable, kv_indptr: torch.Tensor, kv_indices: torch.Tensor, last: torch.Tensor,
+    kv_dtype: torch.dtype,
+) -> tuple[Any, torch.Tensor, list[torch.Tensor], list[torch.Tensor]]:  # fmt: skip
+    """A single-level FlashInfer wrapper planned over one page table (paged decode, or FA3 paged prefill for
+    TTFT), its workspace, and one query and output buffer per set."""
     fi = _flashinfer()
     s = spec.shape
-    pt = page_table(spec, shuffle=False)
-    layouts, carts = _injection_caches(spec, pt)
-    kv_dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
-    caches = [lay.kv_cache.to(kv_dtype) if fp8 else lay.kv_cache for lay in layouts]
-    lay0 = layouts[0]
-    del layouts  # the FP8 copies replace the BF16 caches; lay0 keeps the page table
     ws = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=spec.device)
     heads = (s.num_qo_heads, s.num_kv_heads, s.head_dim, s.page_size)
     qs = [_randn(spec, spec.batch * spec.q_len, s.num_qo_heads, s.head_dim) for _ in range(spec.n_sets)]
     outs = [torch.empty_like(q) for q in qs]
     if spec.metric.phase == "decode":
         w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
+        w.plan(kv_indptr, kv_indices, last, *heads, q_data_type=torch.bfloat16, kv_data_type=kv_dtype)
+    else:
+        w = fi.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend="fa3")
         w.plan(
-            lay0.kv_indptr, lay0.kv_indices, lay0.kv_last_page_len, *heads,
-            q_data_type=torch.bfloat16, kv_data_type=kv_dtype,
+            pt.qo_indptr, kv_indptr, kv_indices, last, *heads,
+            causal=True, q_data_type=torch.bfloat16, kv_data_type=kv_dtype,
         )  # fmt: skip
+    return w, ws, qs, outs
+
+
+def _inject(spec: CellSpec, *, fp8: bool) -> Built:
+    s = spec.shape
+    if fp8 and spec.metric.phase != "decode":
+        raise ValueError("flashinfer-inject-fp8 has no TTFT implementation (decode only)")
+    pt = page_table(spec, shuffle=False)
+    layouts, carts = _injection_caches(spec, pt)
+    kv_dtype = torch.float8_e4m3fn if fp8 else torch.bfloat16
+    caches = [lay.kv_cache.to(kv_dtype) if fp8 else lay.kv_cache for lay in layouts]
+    lay0 = layouts[0]
+    del layouts  # the FP8 copies replace the BF16 caches; lay0 keeps the page table
+    w, ws, qs, outs = _planned_paged(spec, pt, lay0.kv_indptr, lay0.kv_indices, lay0.kv_last_page_len, kv_dtype)
+    if spec.metric.phase == "decode":
 
         def one(i: int) -> Callable[[], object]:
             return lambda: w.run(qs[i], caches[i], out=outs[i])
 
         return Built(_layer_calls(spec, one), keep=[ws, w, caches, qs, outs, lay0])
-    if fp8:
-        raise ValueError("flashinfer-inject-fp8 has no TTFT implementation (decode only)")
-    w = fi.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend="fa3")
-    w.plan(
-        pt.qo_indptr, lay0.kv_indptr, lay0.kv_indices, lay0.kv_last_page_len, *heads,
-        causal=True, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16,
-    )  # fmt: skip
     n_cart = s.cartridge_len // s.page_size
     pages_per_req = n_cart + -(-spec.live // s.page_size)
 
@@ -318,24 +328,10 @@ def _shared_pages(spec: CellSpec) -> Built:
     prefills the suffix over cartridge + suffix pages and copies nothing."""
     import cartridge_attn as ca
 
-    fi = _flashinfer()
-    s = spec.shape
     pt = page_table(spec, shuffle=False)
     layouts = _one_cartridge_pools(spec, pt)
     kv_indptr, kv_indices, last = ca.shared_page_table(layouts[0])  # every set has the same table
-    ws = torch.empty(_WORKSPACE_BYTES, dtype=torch.uint8, device=spec.device)
-    heads = (s.num_qo_heads, s.num_kv_heads, s.head_dim, s.page_size)
-    qs = [_randn(spec, spec.batch * spec.q_len, s.num_qo_heads, s.head_dim) for _ in range(spec.n_sets)]
-    outs = [torch.empty_like(q) for q in qs]
-    if spec.metric.phase == "decode":
-        w = fi.BatchDecodeWithPagedKVCacheWrapper(ws, "NHD")
-        w.plan(kv_indptr, kv_indices, last, *heads, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16)
-    else:
-        w = fi.BatchPrefillWithPagedKVCacheWrapper(ws, "NHD", backend="fa3")
-        w.plan(
-            pt.qo_indptr, kv_indptr, kv_indices, last, *heads,
-            causal=True, q_data_type=torch.bfloat16, kv_data_type=torch.bfloat16,
-        )  # fmt: skip
+    w, ws, qs, outs = _planned_paged(spec, pt, kv_indptr, kv_indices, last, torch.bfloat16)
 
     def one(i: int) -> Callable[[], object]:
         return lambda: w.run(qs[i], layouts[i].kv_cache, out=outs[i])
