@@ -5,6 +5,7 @@
 #   qualify ARGS   the CLI of this checkout
 #   keys           a throw-away signing key in $WORK/keys, made once per host
 #   vllm_env       vLLM from the staged parts (.vllm/setup.sh), the project, and cryptography for signing
+#   sign_site      cryptography for signing (see below)
 log() { echo "=== $(date +%T) $*"; }
 install() { python3 -m pip show -q cartridge-qualify >/dev/null 2>&1 ||
   python3 -m pip install -q --no-build-isolation --no-deps -e . -e tests/plugins/qualify_fake_kind; }
@@ -13,14 +14,23 @@ keys() { [[ -f $WORK/keys/signing-key.pem ]] || qualify keygen --out "$WORK/keys
 vllm_env() {
   source .vllm/setup.sh || return 1
   install || return 1
-  # Signing needs cryptography, which the image lacks: reuse the copy a .gpu call unpacked into /tmp/gpu-site
-  # (not the whole of it: its FlashInfer is not the version this vLLM expects).
-  if [[ -d /tmp/gpu-site/cryptography && ! -d /tmp/sign-site/cryptography ]]; then
+  sign_site
+}
+# sign_site: cryptography for signing, which the image lacks, into /tmp/sign-site once per host: from carried
+# .gpu/wheels (the `sign` step of a host script), else from the copy a .gpu call unpacked into /tmp/gpu-site (not
+# the whole of it: its FlashInfer is not the version vLLM expects)
+sign_site() {
+  if [[ ! -d /tmp/sign-site/cryptography ]]; then
     mkdir -p /tmp/sign-site
-    (cd /tmp/gpu-site && cp -r cryptography cryptography-*.dist-info cffi cffi-*.dist-info _cffi_backend*.so \
-      pycparser pycparser-*.dist-info /tmp/sign-site/ 2>/dev/null)
+    if compgen -G ".gpu/wheels/cryptography-*.whl" >/dev/null; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/sign-site \
+        .gpu/wheels/cryptography-*.whl .gpu/wheels/cffi-*.whl .gpu/wheels/pycparser-*.whl
+    elif [[ -d /tmp/gpu-site/cryptography ]]; then
+      (cd /tmp/gpu-site && cp -r cryptography cryptography-*.dist-info cffi cffi-*.dist-info _cffi_backend*.so \
+        pycparser pycparser-*.dist-info /tmp/sign-site/ 2>/dev/null)
+    fi
   fi
-  export PYTHONPATH="$PYTHONPATH:/tmp/sign-site"
+  export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}/tmp/sign-site"
 }
 # wait_for PIDFILE SECONDS: wait until the process in PIDFILE has ended or SECONDS passed; 0 when it has ended
 wait_for() {
