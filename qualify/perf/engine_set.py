@@ -204,6 +204,9 @@ def measure(request: WorkRequest) -> WorkResult:
                     "ttft_p50_ms": [r.ttft_quantile_ms(0.5) for r in runs],
                     "ttft_p95_ms": [r.ttft_quantile_ms(0.95) for r in runs],
                     "wall_ms": [r.wall_s * 1e3 for r in runs],
+                    # the Python collector's pauses inside each timed batch (the engine core runs in this process)
+                    "gc_pause_ms": [r.gc.pause_s * 1e3 for r in runs],
+                    "gc_full_collections": [r.gc.collections[2] for r in runs],
                     "prompt_tokens_per_request": (shape.cartridge_len if lay.mode is Mode.INJECT else 0) + suffix,
                     # per repetition, the least of its requests: cartridge positions from vLLM's prefix cache
                     "cartridge_positions_cached": cached,

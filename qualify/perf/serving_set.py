@@ -39,6 +39,7 @@ from qualify.serve.engine import (
     startup_phases,
     write_random_cartridge,
 )
+from qualify.serve.gc_pauses import gc_pauses
 from qualify.serve.layouts import layout as get_layout
 from qualify.serve.settings import EngineSettings
 from qualify.serve.stream import StreamSpec, serve_stream, stream_metrics
@@ -65,12 +66,13 @@ def _serve_cell(
         spec = StreamSpec(shape.stream_requests, clients, shape.arrival_rate_per_s, seed=seed * 1000 + rep)
         label = spec.label
         before = len(cartridge_positions(log))
-        traces, wall = serve_stream(engine, prompts, params, spec, request_prefix=f"s{suffix}c{clients}r{rep}")
+        with gc_pauses() as pauses:
+            traces, wall = serve_stream(engine, prompts, params, spec, request_prefix=f"s{suffix}c{clients}r{rep}")
         hits = cartridge_positions(log)[before:]
         if rep < timing.warmups:
             continue
         check_cartridge_shared(lay, spec.requests, hits, shared_once)
-        runs.append(stream_metrics(traces, wall))
+        runs.append({**stream_metrics(traces, wall), "gc_pause_ms": pauses.pause_s * 1e3})
         cached.append(min(hits) if hits else 0)
     return runs, cached, label
 
@@ -115,6 +117,8 @@ def measure(request: WorkRequest) -> WorkResult:
                     "requests_that_fit": fit,
                     "admitted_concurrency": min(settings.max_num_seqs, fit, clients),
                     "peak_in_engine": [r["peak_in_engine"] for r in runs],
+                    # the Python collector's pauses inside each timed stream (the engine core runs in this process)
+                    "gc_pause_ms": [r["gc_pause_ms"] for r in runs],
                     "cartridge_positions_cached": cached,
                     **{m: [r[m] for r in runs] for m in STREAM_METRICS},
                 }

@@ -6,12 +6,13 @@ Imports vLLM lazily: `EngineSettings` and the prompt builders are used by CPU co
 from __future__ import annotations
 
 import contextlib
+import importlib
 import logging
 import random
 import re
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,7 @@ import torch
 from qualify.cartridge.io import save_cartridge
 from qualify.cartridge.types import Cartridge
 from qualify.serve.config import Mode, ServingConfig, engine_kwargs
+from qualify.serve.gc_pauses import GcPauses, gc_pauses
 from qualify.serve.layouts import ServingLayout
 from qualify.serve.settings import EngineSettings
 
@@ -92,6 +94,11 @@ _STARTUP_LINE = re.compile(r"\btook\b|finished in")
 def startup_phases() -> Iterator[list[str]]:
     """Collect vLLM's own log lines that time its start-up phases, while the block runs (in-process engine core:
     vLLM's loggers are children of ``vllm``)."""
+    # vLLM configures its loggers with dictConfig when vllm.logger is first imported, which drops the handlers of
+    # the `vllm` logger: a handler attached before that import (the engine is built inside this block, importing
+    # vLLM there) would collect nothing. So vLLM's logging is configured first, where vLLM is installed.
+    with contextlib.suppress(ImportError):
+        importlib.import_module("vllm.logger")
     lines: list[str] = []
 
     class _Collect(logging.Handler):
@@ -145,6 +152,7 @@ class BatchTiming:
     wall_s: float
     output_tokens: int
     ttft_s: list[float]
+    gc: GcPauses = field(default_factory=GcPauses)  # the collector's pauses inside the timed wall
 
     @property
     def output_tokens_per_s(self) -> float:
@@ -177,9 +185,10 @@ def run_batch(llm: Any, prompts: list[list[int]], max_tokens: int) -> BatchTimin
 
     params = sampling_params(max_tokens)
     torch.cuda.synchronize()
-    start = time.perf_counter()
-    outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-    wall = time.perf_counter() - start
+    with gc_pauses() as pauses:
+        start = time.perf_counter()
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+        wall = time.perf_counter() - start
     ttft, tokens = [], 0
     for o in outs:
         tokens += len(o.outputs[0].token_ids)
@@ -187,7 +196,7 @@ def run_batch(llm: Any, prompts: list[list[int]], max_tokens: int) -> BatchTimin
         if m is None or not getattr(m, "first_token_latency", 0.0):
             raise RuntimeError("vLLM returned no per-request metrics (first_token_latency); is log stats disabled?")
         ttft.append(float(m.first_token_latency))
-    return BatchTiming(wall_s=wall, output_tokens=tokens, ttft_s=ttft)
+    return BatchTiming(wall_s=wall, output_tokens=tokens, ttft_s=ttft, gc=pauses)
 
 
 def kv_capacity(llm: Any) -> dict[str, Any]:

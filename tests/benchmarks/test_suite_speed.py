@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _recorded import recorded
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from qualify.compile import compile_gate_file
@@ -19,7 +20,7 @@ from qualify.registry import default_registry
 from qualify.signing import sign_report
 
 ROOT = Path(__file__).parents[2]
-RECORDED_REPORT = ROOT / "results" / "2026-11-29-numerics-h200" / "numerics-h200.json"  # 0.37 MB canonical, 115 items
+RECORDED_REPORT = "2026-11-29-numerics-h200/numerics-h200.json"  # 0.37 MB canonical, 115 items
 
 
 def test_compile_the_numerics_gates(benchmark) -> None:
@@ -38,8 +39,8 @@ def test_lint_a_gate_file_of_1500_gates(benchmark, tmp_path: Path) -> None:
     assert len(compiled.items) == 1500  # 18,000 YAML nodes, near the 20,000 limit
 
 
-def test_sign_a_recorded_report(benchmark) -> None:
-    report = json.loads(RECORDED_REPORT.read_text())
+def test_sign_a_recorded_report(benchmark, tmp_path: Path) -> None:
+    report = json.loads(recorded(RECORDED_REPORT, tmp_path).read_text())
     key = Ed25519PrivateKey.generate()
     report_bytes, envelope = benchmark(sign_report, report, [], key)
     assert len(report_bytes) > 300_000 and json.loads(envelope)["signatures"]

@@ -10,24 +10,33 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _recorded import recorded
 
 from qualify.cli import main
 
-RECORDED = Path(__file__).parents[2] / "results" / "2026-12-01-perf-h200-process-t"
+RECORDED = "2026-12-01-perf-h200-process-t"
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    into = tmp_path_factory.mktemp("recorded")
+    return {run: recorded(f"{RECORDED}/{run}.json", into) for run in ("run1", "run2")}
+
+
+@pytest.fixture(scope="module")
+def exported(runs: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("bench")
     out = {}
-    for run in ("run1", "run2"):
+    for run, path in runs.items():
         out[run] = folder / f"{run}.json"
-        assert main(["benchmark-json", str(RECORDED / f"{run}.json"), "-o", str(out[run])]) == 0
+        assert main(["benchmark-json", str(path), "-o", str(out[run])]) == 0
     return out
 
 
-def test_each_measured_side_is_one_benchmark_in_seconds_per_round(exported: dict[str, Path]) -> None:
-    report = json.loads((RECORDED / "run1.json").read_text())
+def test_each_measured_side_is_one_benchmark_in_seconds_per_round(
+    runs: dict[str, Path], exported: dict[str, Path]
+) -> None:
+    report = json.loads(runs["run1"].read_text())
     doc = json.loads(exported["run1"].read_text())
     assert doc["commit_info"]["id"] and doc["machine_info"]["gpu"] == ["NVIDIA H200"]
     benches = {b["name"]: b for b in doc["benchmarks"]}
@@ -58,10 +67,10 @@ def test_pytest_benchmark_compare_reads_two_exported_runs(exported: dict[str, Pa
 
 
 def test_refusals_are_one_line_and_write_nothing(
-    exported: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    runs: dict[str, Path], exported: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     before = exported["run1"].read_bytes()
-    assert main(["benchmark-json", str(RECORDED / "run1.json"), "-o", str(exported["run1"])]) == 4
+    assert main(["benchmark-json", str(runs["run1"]), "-o", str(exported["run1"])]) == 4
     assert exported["run1"].read_bytes() == before
     no_perf = tmp_path / "loss.json"
     no_perf.write_text(json.dumps({"items": [{"kind": "loss_increase", "name": "x"}]}))

@@ -16,6 +16,7 @@ from qualify.perf.implementations import default_implementations
 from qualify.perf.spec import WorkRequest, WorkResult
 from qualify.serve.dispatch_log import CACHED_EVENT, DispatchLog
 from qualify.serve.engine import BatchTiming
+from qualify.serve.gc_pauses import GcPauses
 from qualify.serve.layouts import LAYOUTS
 
 SHAPE = {
@@ -59,7 +60,10 @@ def fake_vllm(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, test_seed: int):
         for p in prompts:
             if p[:16] == [0] * 16:
                 log.event(CACHED_EVENT, str(hit))
-        return BatchTiming(wall_s=wall, output_tokens=len(prompts) * max_tokens, ttft_s=[wall / 3] * len(prompts))
+        pauses = GcPauses(collections=[3, 1, 1], pause_s=wall / 10)  # one full collection inside every batch
+        return BatchTiming(
+            wall_s=wall, output_tokens=len(prompts) * max_tokens, ttft_s=[wall / 3] * len(prompts), gc=pauses
+        )
 
     monkeypatch.setattr(engine_set, "build_llm", build_llm)
     monkeypatch.setattr(engine_set, "run_batch", run_batch)
@@ -96,6 +100,9 @@ def test_measure_sends_exact_shapes_and_records_cells(fake_vllm, tmp_path: Path)
     # 16 + 5 + 3 = 24 tokens: 3 whole blocks of 8 per request.
     assert cell.detail["kv_tokens_per_request"] == 24 and cell.detail["admitted_concurrency"] == 800 // 24 == 33
     assert cell.method == "vllm LLM.generate, CUDA graphs (FULL_AND_PIECEWISE)"
+    # The collector's pauses are kept per timed batch, beside the batch's wall time.
+    assert cell.detail["gc_full_collections"] == [1] * 4
+    assert cell.detail["gc_pause_ms"] == pytest.approx([w / 10 for w in cell.detail["wall_ms"]])
     # vLLM's own start-up timings are kept; nothing else it logs.
     assert result.gpu["startup_phases"] == ["init engine (profile, create kv cache, warmup model) took 9.5 s"]
     assert result.cell("ttft_p50_ms", 1, 5).samples[0] > 0

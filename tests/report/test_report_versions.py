@@ -10,6 +10,7 @@ import json
 from pathlib import Path
 
 import pytest
+from _recorded import recorded
 
 from qualify.cli import main
 from qualify.kinds.perf_nonregression.summary import table_rows
@@ -84,7 +85,6 @@ def test_perf_summary_reads_thresholds_from_the_checks_of_a_version_1_report() -
             assert item["checks"][0]["threshold"] == item["measurements"]["threshold"]
 
 
-RESULTS = Path(__file__).parents[2] / "results"
 SIGNED_V1 = [  # (envelope, public key) of version-1 runs recorded before the format change
     ("2026-11-29-numerics-h200/numerics-h200.dsse.json", "2026-11-29-numerics-h200/numerics-h200.pub.pem"),
     ("2026-12-01-perf-h200-process-t/run1.dsse.json", "2026-12-01-perf-h200-process-t/run1-signing-key.pub.pem"),
@@ -95,7 +95,7 @@ SIGNED_V1 = [  # (envelope, public key) of version-1 runs recorded before the fo
 def test_signed_version_1_envelopes_still_verify_and_render(
     envelope: str, key: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    env, pub = RESULTS / envelope, RESULTS / key
+    env, pub = recorded(envelope, tmp_path), recorded(key, tmp_path)
     assert main(["verify", str(env), "--key", str(pub)]) == 0
     assert "OK:" in capsys.readouterr().out
     page = tmp_path / "page.html"

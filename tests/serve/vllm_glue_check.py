@@ -246,9 +246,11 @@ def check_positions(gen: torch.Generator, dev: torch.device) -> None:
         for h in holders:
             h.rotary_emb = rope
         shift_rotary_positions(holders, T_C, MAX_MODEL_LEN)
-        pos = torch.randint(0, MAX_MODEL_LEN, (19,), generator=gen).to(dev)
-        q = torch.randn(19, H_Q * D, generator=gen).to(dev)
-        k = torch.randn(19, H_KV * D, generator=gen).to(dev)
+        # Drawn on the CPU generator explicitly: inside `torch.device(dev)` a bare draw would be made on `dev`.
+        cpu = torch.device("cpu")
+        pos = torch.randint(0, MAX_MODEL_LEN, (19,), generator=gen, device=cpu).to(dev)
+        q = torch.randn(19, H_Q * D, generator=gen, device=cpu).to(dev)
+        k = torch.randn(19, H_KV * D, generator=gen, device=cpu).to(dev)
         # forward_native: what torch.compile traces in the engine (vLLM's compile mode turns the rotary custom op
         # off); both read the module's own table, which is what the shift replaces.
         want_q, want_k = rope.forward_native(pos + T_C, q.clone(), k.clone())
