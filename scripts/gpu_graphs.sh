@@ -14,7 +14,8 @@
 #        variant the engines dispatched with the cells that qualified it (ENGINE_GATES: other engine gate files,
 #        e.g. "gates/engine.yaml gates/engine_concurrency.yaml"; ENGINE_K: which of their items, default "engine-")
 #   bash scripts/gpu_graphs.sh engine    wait for that run (ENGINE_WAIT_S), then the layout table and the run's
-#        files; with PROFILE="layout ...", batch-64 profiles of those layouts after the run. A call that ends
+#        files; with PROFILE="layout ...", profiles of those layouts after the run (PROFILE_ARGS, default
+#        "--batch 64"; "--batch 1 --gen 1" profiles the prefill step alone, i.e. the time to the first token). A call that ends
 #        before the run does brings back the worker results so far (the last call may run out of device time)
 # Everything comes back under $OUT (logs, one tar.gz per step).
 set -uo pipefail
@@ -89,8 +90,9 @@ engine)
   tail -n 45 "$WORK/engine.log"
   qualify serve-summary "$WORK/engine_runs" --out "$WORK/engine_summary.json" | tee "$WORK/engine_summary.md"
   for lay in ${PROFILE:-}; do
-    log "profile $lay b64 (graph mode)"
-    timeout 150 python3 scripts/profile_step.py --layout "$lay" --batch 64 --out "$WORK/profile" 2>&1 |
+    log "profile $lay ${PROFILE_ARGS:=--batch 64} (graph mode)"
+    # shellcheck disable=SC2086  # PROFILE_ARGS is a list of arguments
+    timeout 150 python3 scripts/profile_step.py --layout "$lay" $PROFILE_ARGS --out "$WORK/profile" 2>&1 |
       grep -E "^(==|  host|  gpu)|Error|error"
   done
   tar -C "$WORK" -czf "$OUT/engine.tar.gz" engine engine_runs engine.log engine_summary.json engine_summary.md \

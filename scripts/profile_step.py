@@ -5,7 +5,7 @@
 Builds the layout's engine (Qwen3-8B architecture, dummy weights, fixtures/qwen3_8b) in vLLM's default mode
 (CUDA graphs for batches 1, 16 and 64; ``--eager`` for eager mode), sends two warm-up batches and three timed ones
 (cartridge + 64 question tokens, 32 generated), then one batch under the profiler. Prints and writes
-(DIR/<layout>-b<batch>[-eager].json): wall time, the summed GPU kernel time and its share of the wall time (the
+(DIR/<layout>-b<batch>-g<gen>[-eager].json): wall time, the summed GPU kernel time and its share of the wall time (the
 GPU busy fraction), kernel launches per generated token, the attention kernels' time per layer and token, and
 the operators with the most host time and the kernels with the most GPU time. The profiler adds host overhead of
 its own; compare layouts with each other, not with the unprofiled timings.
@@ -80,9 +80,11 @@ def main() -> int:
         # prefill included: one batch is one prefill step and gen - 1 decode steps
         "attention_us_per_layer_per_step": attn_us / (layers * args.gen),
         "unprofiled_wall_ms": [t.wall_s * 1e3 for t in timed],
-        "unprofiled_decode_step_ms": statistics.median(
-            (t.wall_s - max(t.ttft_s)) / (args.gen - 1) * 1e3 for t in timed
-        ),
+        # --gen 1: the batch is its prefill step alone, so there is no decode step to time
+        "unprofiled_decode_step_ms": statistics.median((t.wall_s - max(t.ttft_s)) / (args.gen - 1) * 1e3 for t in timed)
+        if args.gen > 1
+        else None,
+        "unprofiled_ttft_p50_ms": statistics.median(t.ttft_quantile_ms(0.5) for t in timed),
         "profiled_wall_ms": prof_wall * 1e3,
         "gpu_kernel_ms": gpu_us / 1e3,
         "gpu_share_of_wall": gpu_us / 1e6 / prof_wall,
@@ -94,9 +96,11 @@ def main() -> int:
         ],
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    name = f"{lay.name}-b{args.batch}{'-eager' if args.eager else ''}"
+    name = f"{lay.name}-b{args.batch}-g{args.gen}{'-eager' if args.eager else ''}"
     (args.out / f"{name}.json").write_text(json.dumps(summary, indent=1))
-    print(f"== {name}: unprofiled decode step {summary['unprofiled_decode_step_ms']:.1f} ms; "
+    step = summary["unprofiled_decode_step_ms"]
+    print(f"== {name}: unprofiled TTFT p50 {summary['unprofiled_ttft_p50_ms']:.1f} ms, decode step "
+          f"{'-' if step is None else f'{step:.1f}'} ms; "
           f"profiled wall {prof_wall * 1e3:.0f} ms, GPU kernels {gpu_us / 1e3:.0f} ms "
           f"({summary['gpu_share_of_wall']:.0%}), {summary['kernel_launches_per_token']:.0f} launches per token, "
           f"attention {summary['attention_us_per_layer_per_step']:.1f} us per layer and step")  # fmt: skip
