@@ -293,9 +293,18 @@ def cmd_serve_agreement(args: argparse.Namespace) -> int:
     from qualify.serve import e2e
 
     if args.step == "generate":
-        e2e.generate(args.layout, args.out, prompts=args.prompts, question_len=args.question_len,
-                     max_tokens=args.max_tokens, cartridge_len=args.cartridge_len, seed=args.seed,
-                     eager=args.eager)  # fmt: skip
+        if args.out.exists():
+            print(f"{args.out}: exists already; generate writes a new record", file=sys.stderr)
+            return EXIT_USAGE
+        try:
+            workload = e2e.workload_for(
+                model_dir=args.model_dir, cartridge=args.cartridge, eval_set=args.eval_set, prompts=args.prompts,
+                question_len=args.question_len, cartridge_len=args.cartridge_len, seed=args.seed,
+            )  # fmt: skip
+        except QualifyError as exc:
+            print(exc.diagnostics(), file=sys.stderr)
+            return EXIT_USAGE
+        e2e.generate(args.layout, args.out, workload, max_tokens=args.max_tokens, seed=args.seed, eager=args.eager)
         return EXIT_OK
     return e2e.compare_command(
         args.reference, args.candidate, tie_eps=args.tie_eps, logprob_tolerance=args.logprob_tolerance
@@ -370,6 +379,9 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     gen.add_argument("--cartridge-len", type=int, default=632)
     gen.add_argument("--seed", type=int, default=1234)
     gen.add_argument("--eager", action="store_true", help="eager mode (default: torch.compile with CUDA graphs)")
+    gen.add_argument("--model-dir", help="a real model's Hugging Face folder (default: the seeded small Qwen3)")
+    gen.add_argument("--cartridge", type=Path, help="with --model-dir: the trained cartridge to serve")
+    gen.add_argument("--eval-set", type=Path, help="with --model-dir: the eval set whose questions are sent")
     cmp = steps.add_parser("compare", help="token identity (or a log-prob tolerance); exit 1 when it fails")
     cmp.add_argument("reference", type=Path)
     cmp.add_argument("candidate", type=Path)

