@@ -15,15 +15,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _agreement_runs import compare_runs, generate_runs
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).resolve().parents[2]
 TIE_EPS = 0.1
 REFERENCE = "bf16-prefix-cached"
 LOGPROB_TOLERANCE = 0.1
@@ -40,39 +37,15 @@ def _require_host() -> None:
         pytest.skip("needs vLLM 0.26 (pip install 'cartridge-qualify[serve]')")
 
 
-def _generate(layout: str, out: Path) -> dict:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "kernels"), env.get("PYTHONPATH", "")])
-    cmd = [sys.executable, "-m", "qualify.cli", "serve-agreement", "generate", "--layout", layout, "--out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
-    assert proc.returncode == 0, f"{layout} failed:\n{(proc.stderr or proc.stdout)[-4000:]}"
-    return json.loads(out.read_text())
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     _require_host()
-    tmp = tmp_path_factory.mktemp("e2e")
-    paths = {}
-    for layout in (REFERENCE, "bf16-inject", "shared-k16v16", "shared-k16v8", "shared-k16v8-live-fp8"):
-        paths[layout] = tmp / f"{layout}.json"
-        _generate(layout, paths[layout])
-    keep = os.environ.get("QUALIFY_E2E_OUT")
-    if keep:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        for layout, p in paths.items():
-            (Path(keep) / f"{layout}.json").write_text(p.read_text())
-    return paths
+    layouts = (REFERENCE, "bf16-inject", "shared-k16v16", "shared-k16v8", "shared-k16v8-live-fp8")
+    return generate_runs(layouts, tmp_path_factory.mktemp("e2e"), [])
 
 
 def _compare(runs: dict[str, Path], candidate: str, logprob_tolerance: float | None) -> dict:
-    from qualify.serve.e2e import compare
-
-    result = compare(runs[REFERENCE], runs[candidate], tie_eps=TIE_EPS, logprob_tolerance=logprob_tolerance)
-    keep = os.environ.get("QUALIFY_E2E_OUT")
-    if keep:
-        (Path(keep) / f"compare-{candidate}.json").write_text(json.dumps(result, indent=1))
-    return result
+    return compare_runs(runs[REFERENCE], runs[candidate], tie_eps=TIE_EPS, logprob_tolerance=logprob_tolerance)
 
 
 def test_reference_served_the_cartridge_from_the_prefix_cache(runs: dict[str, Path]) -> None:

@@ -15,14 +15,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from _agreement_runs import ROOT, compare_runs, generate_runs
 
 pytestmark = pytest.mark.gpu
-ROOT = Path(__file__).resolve().parents[2]
 FIFA = ROOT / "fixtures" / "fifa_world_cup"
 MODEL_ENV = "QUALIFY_REAL_MODEL_DIR"
 REFERENCE = "bf16-prefix-cached"
@@ -48,34 +46,14 @@ def _model_dir() -> str:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     model = _model_dir()
-    tmp = tmp_path_factory.mktemp("e2e-real")
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "kernels"), env.get("PYTHONPATH", "")])
-    paths = {}
-    for layout in LAYOUTS:
-        paths[layout] = tmp / f"{layout}.json"
-        cmd = [sys.executable, "-m", "qualify.cli", "serve-agreement", "generate", "--layout", layout,
-               "--out", str(paths[layout]), "--model-dir", model, "--cartridge", str(FIFA / "run1.pt"),
-               "--eval-set", str(FIFA / "eval_set.json"), "--prompts", str(PROMPTS),
-               "--max-tokens", str(MAX_TOKENS)]  # fmt: skip
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
-        assert proc.returncode == 0, f"{layout} failed:\n{(proc.stderr or proc.stdout)[-4000:]}"
-    keep = os.environ.get("QUALIFY_E2E_OUT")
-    if keep:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        for layout, p in paths.items():
-            (Path(keep) / f"real-{layout}.json").write_text(p.read_text())
-    return paths
+    extra = ["--model-dir", model, "--cartridge", str(FIFA / "run1.pt"), "--eval-set", str(FIFA / "eval_set.json"),
+             "--prompts", str(PROMPTS), "--max-tokens", str(MAX_TOKENS)]  # fmt: skip
+    return generate_runs(LAYOUTS, tmp_path_factory.mktemp("e2e-real"), extra, prefix="real-")
 
 
 def _compare(runs: dict[str, Path], candidate: str, logprob_tolerance: float | None) -> dict:
-    from qualify.serve.e2e import compare
-
-    result = compare(runs[REFERENCE], runs[candidate], tie_eps=EXACT_TIE, logprob_tolerance=logprob_tolerance)
-    keep = os.environ.get("QUALIFY_E2E_OUT")
-    if keep:
-        (Path(keep) / f"real-compare-{candidate}.json").write_text(json.dumps(result, indent=1))
-    return result
+    return compare_runs(runs[REFERENCE], runs[candidate], tie_eps=EXACT_TIE, logprob_tolerance=logprob_tolerance,
+                        prefix="real-")  # fmt: skip
 
 
 def test_the_reference_served_the_trained_cartridge_from_the_prefix_cache(runs: dict[str, Path]) -> None:
