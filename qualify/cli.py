@@ -311,6 +311,35 @@ def cmd_serve_agreement(args: argparse.Namespace) -> int:
     )
 
 
+def cmd_serve_loss(args: argparse.Namespace) -> int:
+    from qualify.serve import prompt_scores
+
+    if args.step == "compare":
+        try:
+            ref = json.loads(args.reference.read_text())
+            rows = [prompt_scores.compare_scores(ref, json.loads(p.read_text()), n_resamples=args.resamples,
+                                                 confidence=args.confidence) for p in args.layouts]  # fmt: skip
+        except (OSError, ValueError, KeyError, TypeError, QualifyError) as exc:
+            print(f"serve-loss compare: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(json.dumps(rows, indent=1))
+        return EXIT_OK
+    if args.out.exists():
+        print(f"{args.out}: exists already; score writes a new record", file=sys.stderr)
+        return EXIT_USAGE
+    from qualify.serve.e2e import real_model_settings
+
+    try:
+        settings = real_model_settings(args.model_dir).model_copy(update={"enforce_eager": args.eager})
+        prompt_scores.score(args.layout, args.out, settings=settings, cartridge_file=args.cartridge,
+                            eval_set=args.eval_set, fake_quant=args.fake_quant, top_k=args.top_k,
+                            seed=args.seed)  # fmt: skip
+    except QualifyError as exc:
+        print(exc.diagnostics(), file=sys.stderr)
+        return EXIT_USAGE
+    return EXIT_OK
+
+
 def cmd_serve_summary(args: argparse.Namespace) -> int:
     from qualify.perf.engine_summary import summary_command
 
@@ -388,6 +417,25 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     cmp.add_argument("--tie-eps", type=float, default=0.1)
     cmp.add_argument("--logprob-tolerance", type=float, default=None)
     agree.set_defaults(func=cmd_serve_agreement)
+
+    loss = sub.add_parser("serve-loss", help="eval-set answer loss of one vLLM serving layout, or the comparison")
+    loss_steps = loss.add_subparsers(dest="step", required=True)
+    score = loss_steps.add_parser("score", help="prompt log-probabilities of every eval item's answer in one layout")
+    score.add_argument("--layout", required=True, choices=sorted(LAYOUTS))
+    score.add_argument("--out", required=True, type=Path)
+    score.add_argument("--model-dir", required=True, help="the real model's Hugging Face folder")
+    score.add_argument("--cartridge", required=True, type=Path)
+    score.add_argument("--eval-set", required=True, type=Path)
+    score.add_argument("--fake-quant", choices=["K16/V8", "K8/V16", "K8/V8"], help="inject layouts: quantize first")
+    score.add_argument("--top-k", type=int, default=20)
+    score.add_argument("--seed", type=int, default=0)
+    score.add_argument("--eager", action="store_true", help="eager mode (default: torch.compile with CUDA graphs)")
+    lcmp = loss_steps.add_parser("compare", help="each layout's loss against the reference's, paired over items")
+    lcmp.add_argument("reference", type=Path)
+    lcmp.add_argument("layouts", type=Path, nargs="+")
+    lcmp.add_argument("--resamples", type=int, default=2000)
+    lcmp.add_argument("--confidence", type=float, default=0.95)
+    loss.set_defaults(func=cmd_serve_loss)
 
     summary = sub.add_parser("serve-summary", help="the engine-level table of a folder of per-layout engine runs")
     summary.add_argument("runs_dir", type=Path, metavar="RUNS_DIR", help="<layout>.p<process>.json files")

@@ -13,7 +13,8 @@
 #        transformers' own dequantization, the same conversion as the CPU loss evaluation's)
 #   bash scripts/gpu_graphs.sh stage 1, stage 2   (vLLM's parts, as for issue 16)
 #   bash scripts/gpu_real.sh agreement (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh)
-#        vLLM's last part, then greedy agreement with real weights (tests/serve/test_vllm_e2e_real.py)
+#        vLLM's last part, then greedy agreement with real weights (tests/serve/test_vllm_e2e_real.py: 5 engines)
+#        and the eval-set loss through the serving path against the CPU evaluation (test_vllm_loss_real.py: 6)
 # Everything comes back under $OUT.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -53,10 +54,11 @@ agreement)
     bash .vllm/stage.sh 3 || exit 1
     vllm_env || exit 1
     [[ -s $WORK/model_dir ]] || { echo "no converted model: run the convert step first"; exit 1; }
-    log "greedy agreement with real weights (SmolLM2-135M, trained cartridge run1, eval-set questions)"
+    log "real weights (SmolLM2-135M, trained cartridge run1): greedy agreement, then the eval-set loss"
     SECONDS=0
     QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") QUALIFY_E2E_OUT=$WORK/e2e timeout ${E2E_TIMEOUT_S:-540} \
-      python3 -m pytest tests/serve/test_vllm_e2e_real.py -q -rs -p no:cacheprovider 2>&1 | tail -n 40
+      python3 -m pytest tests/serve/test_vllm_e2e_real.py tests/serve/test_vllm_loss_real.py -q -rs \
+      -p no:cacheprovider 2>&1 | tail -n 40
     echo "agreement wall ${SECONDS} s"
   } 2>&1 | tee "$OUT/agreement.log"
   tar -C "$WORK" -czf "$OUT/agreement.tar.gz" e2e 2>/dev/null

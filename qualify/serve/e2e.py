@@ -163,10 +163,15 @@ def workload_for(
                                seed=seed)  # fmt: skip
     if cartridge is None or eval_set is None:
         raise DataError("--model-dir", "a real model is served with --cartridge FILE and --eval-set FILE")
+    return eval_set_workload(real_model_settings(model_dir), cartridge, eval_set, prompts=prompts)
+
+
+def real_model_settings(model_dir: str) -> EngineSettings:
+    """The small engine of these runs over a real model's Hugging Face folder (its own weights)."""
     settings = SMALL.model_copy(update={"model_dir": model_dir, "load_format": "auto"})
     if not (settings.model_path() / "config.json").is_file():
         raise DataError(str(settings.model_path()), "no config.json: not a Hugging Face model folder")
-    return eval_set_workload(settings, cartridge, eval_set, prompts=prompts)
+    return settings
 
 
 def compare(reference: Path, candidate: Path, *, tie_eps: float, logprob_tolerance: float | None) -> dict[str, Any]:

@@ -1,5 +1,5 @@
-"""The agreement tests' runs: one `qualify serve-agreement generate` process per layout, and comparisons
-against the reference, each kept under QUALIFY_E2E_OUT (with a file-name prefix) when that is set."""
+"""The serving tests' runs on a GPU host: one `qualify serve-*` process per layout, comparisons against the
+reference, each kept under QUALIFY_E2E_OUT (with a file-name prefix) when that is set; the real model's host."""
 
 from __future__ import annotations
 
@@ -11,27 +11,49 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 KEEP_ENV = "QUALIFY_E2E_OUT"
+REAL_MODEL_ENV = "QUALIFY_REAL_MODEL_DIR"
 
 
-def _keep(name: str, text: str) -> None:
-    keep = os.environ.get(KEEP_ENV)
-    if keep:
-        Path(keep).mkdir(parents=True, exist_ok=True)
-        (Path(keep) / name).write_text(text)
+def require_real_model() -> str:
+    """The converted SmolLM2 folder on an SM90 host with vLLM; skips the test anywhere else."""
+    import importlib.util
+
+    import pytest
+    import torch
+
+    model = os.environ.get(REAL_MODEL_ENV)
+    if not model:
+        pytest.skip(f"set {REAL_MODEL_ENV} to the converted SmolLM2 folder (scripts/gpu_real.sh convert)")
+    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("needs an SM90 GPU")
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("needs vLLM 0.26")
+    return model
+
+
+def run_cli(args: list[str], what: str) -> None:
+    """`python -m qualify.cli ARGS` with this checkout and its kernels on the path; fails the test on failure."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "kernels"), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-m", "qualify.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=600, check=False)  # fmt: skip
+    assert proc.returncode == 0, f"{what} failed:\n{(proc.stderr or proc.stdout)[-4000:]}"
+
+
+def keep(name: str, text: str) -> None:
+    out = os.environ.get(KEEP_ENV)
+    if out:
+        Path(out).mkdir(parents=True, exist_ok=True)
+        (Path(out) / name).write_text(text)
 
 
 def generate_runs(layouts: tuple[str, ...], into: Path, extra: list[str], prefix: str = "") -> dict[str, Path]:
     """Each layout's record, generated in a fresh process with the extra command-line arguments."""
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "kernels"), env.get("PYTHONPATH", "")])
     paths = {}
     for layout in layouts:
         out = paths[layout] = into / f"{layout}.json"
-        cmd = [sys.executable, "-m", "qualify.cli", "serve-agreement", "generate", "--layout", layout,
-               "--out", str(out), *extra]  # fmt: skip
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
-        assert proc.returncode == 0, f"{layout} failed:\n{(proc.stderr or proc.stdout)[-4000:]}"
-        _keep(f"{prefix}{layout}.json", out.read_text())
+        run_cli(["serve-agreement", "generate", "--layout", layout, "--out", str(out), *extra], layout)
+        keep(f"{prefix}{layout}.json", out.read_text())
     return paths
 
 
@@ -40,5 +62,5 @@ def compare_runs(reference: Path, candidate: Path, *, tie_eps: float, logprob_to
     from qualify.serve.e2e import compare
 
     result = compare(reference, candidate, tie_eps=tie_eps, logprob_tolerance=logprob_tolerance)
-    _keep(f"{prefix}compare-{json.loads(candidate.read_text())['layout']}.json", json.dumps(result, indent=1))
+    keep(f"{prefix}compare-{json.loads(candidate.read_text())['layout']}.json", json.dumps(result, indent=1))
     return result

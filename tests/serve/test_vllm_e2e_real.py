@@ -12,17 +12,14 @@ log-softmax). Any other divergence from the reference fails and is reported with
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
 from pathlib import Path
 
 import pytest
-from _agreement_runs import ROOT, compare_runs, generate_runs
+from _agreement_runs import ROOT, compare_runs, generate_runs, require_real_model
 
 pytestmark = pytest.mark.gpu
 FIFA = ROOT / "fixtures" / "fifa_world_cup"
-MODEL_ENV = "QUALIFY_REAL_MODEL_DIR"
 REFERENCE = "bf16-prefix-cached"
 LAYOUTS = (REFERENCE, "bf16-inject", "shared-k16v16", "shared-k16v8", "shared-k16v8-live-fp8")
 EXACT_TIE = 1e-6
@@ -30,22 +27,9 @@ LOGPROB_TOLERANCE = 0.1
 PROMPTS, MAX_TOKENS = 8, 64
 
 
-def _model_dir() -> str:
-    import torch
-
-    model = os.environ.get(MODEL_ENV)
-    if not model:
-        pytest.skip(f"set {MODEL_ENV} to the converted SmolLM2 folder (scripts/gpu_real.sh convert)")
-    if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip("needs an SM90 GPU")
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("needs vLLM 0.26")
-    return model
-
-
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    model = _model_dir()
+    model = require_real_model()
     extra = ["--model-dir", model, "--cartridge", str(FIFA / "run1.pt"), "--eval-set", str(FIFA / "eval_set.json"),
              "--prompts", str(PROMPTS), "--max-tokens", str(MAX_TOKENS)]  # fmt: skip
     return generate_runs(LAYOUTS, tmp_path_factory.mktemp("e2e-real"), extra, prefix="real-")

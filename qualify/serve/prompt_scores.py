@@ -1,0 +1,189 @@
+"""Eval-set answer-token loss through the serving path: vLLM's prompt log-probabilities, one process per layout.
+
+    qualify serve-loss score --layout shared-k16v8 --out k16v8.json --model-dir DIR \
+        --cartridge fixtures/fifa_world_cup/run1.pt --eval-set fixtures/fifa_world_cup/eval_set.json
+    qualify serve-loss score --layout bf16-inject --fake-quant K8/V8 --out k8v8.json ...
+    qualify serve-loss compare bf16.json k16v8.json k8v8.json
+
+`score` serves every eval item (its `input_ids`, the question and its gold answer) behind the cartridge in one
+layout, asks vLLM for the prompt's log-probabilities (top-k and the gold token at every position) and keeps
+those of the answer positions. FP8 keys have no serving path here, so K8 layouts are served through per-request
+injection of the cartridge fake-quantized as `qualify.quant.apply` stores it (`--fake-quant`), which is also how
+the CPU evaluation quantizes. vLLM skips its prefix cache for requests that ask for prompt log-probabilities, so
+prefix-cached layouts would measure injection: use `bf16-inject` as the BF16 reference.
+
+`compare` computes, per layout against the reference and paired over items as the CPU evaluation does: the loss
+(summed answer NLL / answer tokens), its relative increase with a paired bootstrap CI, top-1 agreement, and a
+lower bound of KL(reference || layout) per answer token: the KL between the two distributions coarsened to the
+tokens both top-k lists hold plus one bin for the rest, which the data-processing inequality puts below the full
+KL, so a control that fires on it fires on the full KL too.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from qualify.errors import DataError
+
+DEFAULT_TOP_K = 20
+
+
+@dataclass(frozen=True)
+class ItemScores:
+    """One item's answer positions: the gold token's log-probability and the top-k, per position."""
+
+    id: str
+    gold: list[float]
+    tops: list[dict[int, float]]
+
+
+def item_scores(item_id: str, item_ids: Sequence[int], mask: Sequence[int], entries: Sequence[Any]) -> ItemScores:
+    """The answer positions of one item from vLLM's prompt log-probabilities of the whole prompt.
+
+    `entries` has one entry per prompt position (None where vLLM computed none: the first token, positions
+    served from a connector or cache); the item is the prompt's tail, so entries are aligned from the end.
+    Each entry maps token id -> a log-probability (a float or an object with `.logprob`)."""
+    if len(entries) < len(item_ids):
+        raise DataError(item_id, f"{len(entries)} prompt log-probabilities for an item of {len(item_ids)} tokens")
+    tail = list(entries)[len(entries) - len(item_ids) :]
+    gold, tops = [], []
+    for pos, (token, answer) in enumerate(zip(item_ids, mask, strict=True)):
+        if not answer:
+            continue
+        entry = tail[pos]
+        if entry is None or token not in entry:
+            raise DataError(item_id, f"no prompt log-probability for answer token {token} at position {pos}")
+        lp = {int(t): float(getattr(v, "logprob", v)) for t, v in entry.items()}
+        gold.append(lp[token])
+        tops.append(lp)
+    return ItemScores(item_id, gold, tops)
+
+
+def coarse_kl(ref: dict[int, float], lay: dict[int, float]) -> float:
+    """KL(ref || lay) over the tokens both top-k lists hold, plus one bin for every other token (nats).
+
+    A coarsening of both distributions, so never above the full KL (data-processing inequality); 0 when the
+    two lists are equal."""
+    shared = ref.keys() & lay.keys()
+    kl, p_rest, q_rest = 0.0, 1.0, 1.0
+    for t in shared:
+        p, q = math.exp(ref[t]), math.exp(lay[t])
+        kl += p * (ref[t] - lay[t])
+        p_rest -= p
+        q_rest -= q
+    p_rest, q_rest = max(p_rest, 0.0), max(q_rest, 1e-30)
+    if p_rest > 0.0:
+        kl += p_rest * math.log(p_rest / q_rest)
+    return max(kl, 0.0)
+
+
+def _items(doc: dict[str, Any]) -> list[ItemScores]:
+    return [ItemScores(i["id"], i["gold"], [{int(t): v for t, v in top.items()} for top in i["tops"]])
+            for i in doc["items"]]  # fmt: skip
+
+
+def compare_scores(
+    reference: dict[str, Any], layout: dict[str, Any], *, n_resamples: int = 2000, confidence: float = 0.95,
+    seed: int = 0,
+) -> dict[str, Any]:  # fmt: skip
+    """A layout's answer-token loss against the reference's, paired over the same items."""
+    from qualify.stats.bootstrap import bootstrap_indices, ratio_of_sums_ci
+
+    ref, lay = _items(reference), _items(layout)
+    if [i.id for i in ref] != [i.id for i in lay] or [len(i.gold) for i in ref] != [len(i.gold) for i in lay]:
+        raise DataError(layout.get("label", "layout"), "not scored on the reference's items and answer tokens")
+    ref_nll = np.array([-sum(i.gold) for i in ref])
+    lay_nll = np.array([-sum(i.gold) for i in lay])
+    tokens = sum(len(i.gold) for i in ref)
+    kl = sum(coarse_kl(a, b) for r, c in zip(ref, lay, strict=True) for a, b in zip(r.tops, c.tops, strict=True))
+    top1 = sum(max(a, key=a.get) == max(b, key=b.get)
+               for r, c in zip(ref, lay, strict=True) for a, b in zip(r.tops, c.tops, strict=True))  # fmt: skip
+    indices = bootstrap_indices(len(ref), np.random.default_rng(seed), n_resamples)
+    ci = ratio_of_sums_ci(lay_nll, ref_nll, indices, confidence)
+    return {
+        "reference": reference.get("label"),
+        "layout": layout.get("label"),
+        "items": len(ref),
+        "answer_tokens": tokens,
+        "reference_loss": float(ref_nll.sum() / tokens),
+        "loss": float(lay_nll.sum() / tokens),
+        "rel_increase": ci.estimate - 1.0,
+        "ci": [ci.low - 1.0, ci.high - 1.0],
+        "confidence": confidence,
+        "kl_lower_bound_per_token": kl / tokens,
+        "top1_agreement": top1 / tokens,
+    }
+
+
+def _item_json(s: ItemScores) -> dict[str, Any]:
+    return {"id": s.id, "gold": s.gold, "tops": [{str(t): v for t, v in top.items()} for top in s.tops]}
+
+
+def _fake_quantized(cartridge_file: Path, layout: str, into: Path) -> Path:
+    from qualify.cartridge.io import load_cartridge, save_cartridge
+    from qualify.quant.apply import apply_layout
+
+    quantized, _ = apply_layout(load_cartridge(cartridge_file), layout)
+    return save_cartridge(quantized, into / f"cartridge-{layout.replace('/', '')}.safetensors")
+
+
+def score(
+    layout_name: str, out: Path, *, settings: Any, cartridge_file: Path, eval_set: Path, fake_quant: str | None,
+    top_k: int = DEFAULT_TOP_K, seed: int = 0,
+) -> dict[str, Any]:  # fmt: skip
+    """Serve every eval item behind the cartridge in one layout and write its answer positions' scores."""
+    from types import SimpleNamespace
+
+    from qualify.cartridge.io import load_cartridge
+    from qualify.cartridge.types import ModelKVShape
+    from qualify.cartridge.validate import validate_cartridge
+    from qualify.hashing import sha256_file
+    from qualify.loss.data import check_vocab, load_eval_set
+    from qualify.serve.config import Mode
+    from qualify.serve.layouts import layout
+
+    lay = layout(layout_name)
+    if fake_quant is not None and lay.mode is not Mode.INJECT:
+        raise DataError("--fake-quant", f"a fake-quantized cartridge is served by injection, not by {lay.name}")
+    config = settings.hf_config()
+    cart = load_cartridge(cartridge_file)
+    validate_cartridge(cart, ModelKVShape.from_hf_config(SimpleNamespace(**config)))
+    items = load_eval_set(eval_set).items
+    check_vocab(items, int(config["vocab_size"]), str(eval_set))
+    cart_len = cart.num_tokens
+
+    from vllm import SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    from qualify.serve.engine import build_llm, prompt_token_ids
+
+    with tempfile.TemporaryDirectory(prefix="qualify-loss-") as tmp:
+        served = _fake_quantized(cartridge_file, fake_quant, Path(tmp)) if fake_quant else cartridge_file
+        llm = build_llm(lay, served, cart_len, settings, seed=seed)
+        prompts = prompt_token_ids(lay, [list(i.input_ids) for i in items], cart_len, settings.placeholder_token_id)
+        params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=top_k, detokenize=False)
+        outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
+    scores = [item_scores(i.id, i.input_ids, i.answer_mask, o.prompt_logprobs or [])
+              for i, o in zip(items, outs, strict=True)]  # fmt: skip
+    doc = {
+        "label": f"{lay.name}{f'+{fake_quant}' if fake_quant else ''}",
+        "layout": lay.name,
+        "fake_quant": fake_quant,
+        "enforce_eager": settings.enforce_eager,
+        "model_dir": settings.model_dir,
+        "cartridge": str(cartridge_file),
+        "cartridge_sha256": sha256_file(cartridge_file),
+        "eval_set": str(eval_set),
+        "top_k": top_k,
+        "items": [_item_json(s) for s in scores],
+    }
+    out.write_text(json.dumps(doc))
+    return doc
