@@ -426,7 +426,8 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     score.add_argument("--model-dir", required=True, help="the real model's Hugging Face folder")
     score.add_argument("--cartridge", required=True, type=Path)
     score.add_argument("--eval-set", required=True, type=Path)
-    score.add_argument("--fake-quant", choices=["K16/V8", "K8/V16", "K8/V8"], help="inject layouts: quantize first")
+    score.add_argument("--fake-quant", choices=["K16/V8", "K8/V16", "K8/V8", "K4/V16"],
+                       help="inject layouts: quantize the cartridge first (K4/V16: the positive control)")  # fmt: skip
     score.add_argument("--top-k", type=int, default=20)
     score.add_argument("--seed", type=int, default=0)
     score.add_argument("--eager", action="store_true", help="eager mode (default: torch.compile with CUDA graphs)")

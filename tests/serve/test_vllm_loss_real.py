@@ -3,8 +3,9 @@
 SmolLM2-135M-Instruct (converted from its GGUF on the host; scripts/gpu_real.sh), the trained cartridge
 fixtures/fifa_world_cup/run1.pt and all 67 eval items, scored by vLLM's prompt log-probabilities in one process per
 layout (`qualify serve-loss score`) in vLLM's default mode: the BF16 reference by per-request injection, the shared
-K16/V16 and K16/V8 paths of the fused kernel, and FP8 keys by injection of the fake-quantized cartridge (K8/V16,
-K8/V8; K16/V8 too, beside the real FP8-value path). Skipped unless QUALIFY_REAL_MODEL_DIR names the converted model.
+K16/V16 and K16/V8 paths of the fused kernel, FP8 keys by injection of the fake-quantized cartridge (K8/V16,
+K8/V8; K16/V8 too, beside the real FP8-value path), and FP4 keys (K4/V16) as the positive control. Skipped unless
+QUALIFY_REAL_MODEL_DIR names the converted model.
 
 Agreement with the CPU evaluation (Hugging Face, float32, the same converted weights): the paired 95 % bootstrap CI
 of the GPU reference's summed answer NLL over the CPU one's must lie within +-1 %. Why 1 %: vLLM runs the weights
@@ -27,7 +28,10 @@ pytestmark = pytest.mark.gpu
 FIFA = ROOT / "fixtures" / "fifa_world_cup"
 REFERENCE = ("bf16-inject", None)
 RUNS = (REFERENCE, ("shared-k16v16", None), ("shared-k16v8", None), ("bf16-inject", "K16/V8"),
-        ("bf16-inject", "K8/V16"), ("bf16-inject", "K8/V8"))  # fmt: skip
+        ("bf16-inject", "K8/V16"), ("bf16-inject", "K8/V8"), ("bf16-inject", "K4/V16"))  # fmt: skip
+# The CPU gate's positive control (gates/loss.yaml): FP4 keys must show KL >= 0.01 nats per answer token, or the
+# measurement cannot see key damage (CPU, run1: 0.093).
+CONTROL, CONTROL_MIN_KL = "bf16-inject+K4/V16", 0.01
 CPU_TOLERANCE = 0.01
 
 
@@ -81,3 +85,5 @@ def test_each_layout_is_compared_paired_with_the_reference(scored: dict[str, dic
     assert rows["shared-k16v16"]["top1_agreement"] >= 0.98, rows["shared-k16v16"]
     for label, row in rows.items():
         assert row["answer_tokens"] == rows["shared-k16v16"]["answer_tokens"] > 0, label
+    # A lower bound of the KL, so a control that clears the minimum on it clears it on the full KL too.
+    assert rows[CONTROL]["kl_lower_bound_per_token"] >= CONTROL_MIN_KL, rows[CONTROL]
