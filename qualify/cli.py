@@ -324,6 +324,19 @@ def cmd_serve_loss(args: argparse.Namespace) -> int:
             return EXIT_USAGE
         print(json.dumps(rows, indent=1))
         return EXIT_OK
+    if args.step == "boolq":
+        from qualify.loss.data import load_eval_set
+        from qualify.serve.yes_no import floor_report, yes_no_outcomes
+
+        try:
+            items = load_eval_set(args.eval_set).items
+            ref = yes_no_outcomes(json.loads(args.reference.read_text()), items)
+            rows = {str(p): floor_report(ref, yes_no_outcomes(json.loads(p.read_text()), items)) for p in args.layouts}
+        except (OSError, ValueError, KeyError, TypeError, QualifyError) as exc:
+            print(f"serve-loss boolq: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        print(json.dumps(rows, indent=1))
+        return EXIT_OK
     if args.out.exists():
         print(f"{args.out}: exists already; score writes a new record", file=sys.stderr)
         return EXIT_USAGE
@@ -436,6 +449,10 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     lcmp.add_argument("layouts", type=Path, nargs="+")
     lcmp.add_argument("--resamples", type=int, default=2000)
     lcmp.add_argument("--confidence", type=float, default=0.95)
+    boolq = loss_steps.add_parser("boolq", help="the yes/no questions' accuracy floor of each layout (with power)")
+    boolq.add_argument("reference", type=Path)
+    boolq.add_argument("layouts", type=Path, nargs="+")
+    boolq.add_argument("--eval-set", required=True, type=Path)
     loss.set_defaults(func=cmd_serve_loss)
 
     summary = sub.add_parser("serve-summary", help="the engine-level table of a folder of per-layout engine runs")

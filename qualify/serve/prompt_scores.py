@@ -4,6 +4,7 @@
         --cartridge fixtures/fifa_world_cup/run1.pt --eval-set fixtures/fifa_world_cup/eval_set.json
     qualify serve-loss score --layout bf16-inject --fake-quant K8/V8 --out k8v8.json ...
     qualify serve-loss compare bf16.json k16v8.json k8v8.json
+    qualify serve-loss boolq bf16.json k16v8.json --eval-set fixtures/fifa_world_cup/eval_set.json   (yes_no.py)
 
 `score` serves every eval item (its `input_ids`, the question and its gold answer) behind the cartridge in one
 layout, asks vLLM for the prompt's log-probabilities (top-k and the gold token at every position) and keeps

@@ -87,3 +87,17 @@ def test_each_layout_is_compared_paired_with_the_reference(scored: dict[str, dic
         assert row["answer_tokens"] == rows["shared-k16v16"]["answer_tokens"] > 0, label
     # A lower bound of the KL, so a control that clears the minimum on it clears it on the full KL too.
     assert rows[CONTROL]["kl_lower_bound_per_token"] >= CONTROL_MIN_KL, rows[CONTROL]
+
+
+def test_the_boolq_floor_is_reported_with_its_power(scored: dict[str, dict]) -> None:
+    from qualify.loss.data import load_eval_set
+    from qualify.serve.yes_no import floor_report, yes_no_outcomes
+
+    items = load_eval_set(FIFA / "eval_set.json").items
+    ref = yes_no_outcomes(scored[_label(*REFERENCE)], items)
+    rows = {label: floor_report(ref, yes_no_outcomes(doc, items)) for label, doc in scored.items()}
+    keep("boolq-floors.json", json.dumps(rows, indent=1))
+    # 27 questions cannot resolve a 1 % floor: never a pass, only incomplete (or a fail shown by the CI).
+    for label, row in rows.items():
+        assert row["items"] == 27, label
+        assert all(f["verdict"] != "PASS" and f["power"].startswith("underpowered") for f in row["floors"]), row
