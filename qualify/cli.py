@@ -345,7 +345,7 @@ def cmd_serve_loss(args: argparse.Namespace) -> int:
     try:
         settings = real_model_settings(args.model_dir).model_copy(update={"enforce_eager": args.eager})
         prompt_scores.score(args.layout, args.out, settings=settings, cartridge_file=args.cartridge,
-                            eval_set=args.eval_set, fake_quant=args.fake_quant, top_k=args.top_k,
+                            eval_set=args.eval_set, fake_quant=args.fake_quant, scaling=args.scaling, top_k=args.top_k,
                             seed=args.seed)  # fmt: skip
     except QualifyError as exc:
         print(exc.diagnostics(), file=sys.stderr)
@@ -441,7 +441,10 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     score.add_argument("--eval-set", required=True, type=Path)
     score.add_argument("--fake-quant", choices=["K16/V8", "K8/V16", "K8/V8", "K4/V16"],
                        help="inject layouts: quantize the cartridge first (K4/V16: the positive control)")  # fmt: skip
-    score.add_argument("--top-k", type=int, default=20)
+    score.add_argument("--scaling", choices=["none", "per_tensor", "per_head"], default="none",
+                       help="with --fake-quant: the FP8/FP4 scaling (the loss gate's `scaling`)")  # fmt: skip
+    score.add_argument("--top-k", type=int, default=20, choices=range(1, 21), metavar="1..20",
+                       help="top-k per position (vLLM's max_logprobs is 20)")  # fmt: skip
     score.add_argument("--seed", type=int, default=0)
     score.add_argument("--eager", action="store_true", help="eager mode (default: torch.compile with CUDA graphs)")
     lcmp = loss_steps.add_parser("compare", help="each layout's loss against the reference's, paired over items")

@@ -8,18 +8,21 @@
 #   bash scripts/gpu_real.sh stage K   (carry .big/smollm2/K, .big/smollm2/MANIFEST, .big/smollm2/WHOLE,
 #        .big/smollm2/stage.sh)   K = 1, 2, 3: the GGUF's parts
 #   bash scripts/gpu_real.sh convert   (carry .big/smollm2/MANIFEST, .big/smollm2/WHOLE, .big/smollm2/join.sh,
-#        .real/wheels)   join the parts (sha256 of every part and of the whole file checked) and convert the GGUF
+#        .real/wheels, .gpu/wheels)   cryptography for signing (sign_site); join the parts (sha256 of every part and of the whole file checked) and convert the GGUF
 #        to a Hugging Face folder with the host's transformers and the carried gguf (qualify.models.gguf_cache:
 #        transformers' own dequantization, the same conversion as the CPU loss evaluation's)
 #   bash scripts/gpu_graphs.sh stage 1, stage 2   (vLLM's parts, as for issue 16)
 #   bash scripts/gpu_real.sh agreement (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh)
 #        vLLM's last part, then greedy agreement with real weights (tests/serve/test_vllm_e2e_real.py: 5 engines)
-#        and the eval-set loss through the serving path against the CPU evaluation (test_vllm_loss_real.py: 6)
+#        and the eval-set loss through the serving path against the CPU evaluation (test_vllm_loss_real.py: 4);
+#        then, in the background, ONE signed run of gates/gpu/real-smollm2.yaml (loss_increase, backend vllm: 6
+#        engines for each of 3 checkpoints, ~10 min)
+#   bash scripts/gpu_real.sh gate      wait for that run (GATE_WAIT_S), then its report (the log's tail meanwhile)
 # Everything comes back under $OUT.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-step=${1:?usage: gpu_real.sh stage K | convert | agreement}
+step=${1:?usage: gpu_real.sh stage K | convert | agreement | gate}
 WORK=/tmp/real-work
 mkdir -p "$WORK"
 export PYTHONUNBUFFERED=1
@@ -32,6 +35,7 @@ stage)
   ;;
 convert)
   {
+    sign_site
     bash .big/smollm2/join.sh smollm2 "$GGUF" || exit 1
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/real-site \
       .real/wheels/gguf-*.whl || exit 1
@@ -60,8 +64,24 @@ agreement)
       python3 -m pytest tests/serve/test_vllm_e2e_real.py tests/serve/test_vllm_loss_real.py -q -rs \
       -p no:cacheprovider 2>&1 | tail -n 40
     echo "agreement wall ${SECONDS} s"
+    keys
+    log "gates/gpu/real-smollm2.yaml: started in the background (collected by the 'gate' step)"
+    rm -rf "$WORK/gate"
+    QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") setsid nohup python3 -c \
+      'import sys; from qualify.cli import main; sys.exit(main())' run gates/gpu/real-smollm2.yaml \
+      --out "$WORK/gate" --name real-smollm2-h200 --non-release --sign-key "$WORK/keys/signing-key.pem" -- -v \
+      >"$WORK/gate.log" 2>&1 &
+    echo $! >"$WORK/gate.pid"
   } 2>&1 | tee "$OUT/agreement.log"
   tar -C "$WORK" -czf "$OUT/agreement.tar.gz" e2e 2>/dev/null
+  ;;
+gate)
+  if ! wait_for "$WORK/gate.pid" "${GATE_WAIT_S:-560}"; then
+    echo "gate run still running"; tail -n 5 "$WORK/gate.log"
+    exit 0
+  fi
+  tail -n 30 "$WORK/gate.log"
+  tar -C "$WORK" -czf "$OUT/gate.tar.gz" gate gate.log keys/signing-key.pub.pem 2>/dev/null
   ;;
 *)
   echo "unknown step $step"; exit 2

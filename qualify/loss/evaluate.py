@@ -156,6 +156,30 @@ def _same_tensors(a: Cartridge, b: Cartridge) -> bool:
     return all(x is y or torch.equal(x, y) for x, y in zip(a.keys + a.values, b.keys + b.values, strict=True))
 
 
+def layout_result(
+    stats: QuantStats, nll: npt.NDArray[np.float64], reference_nll: npt.NDArray[np.float64],
+    kl: npt.NDArray[np.float64], top1: npt.NDArray[np.int64], n_tokens: int, indices: npt.NDArray[np.int64],
+    confidence: float,
+) -> LayoutResult:  # fmt: skip
+    """One layout's paired result from its per-item sums (NLL, KL, top-1 matches) against the reference's NLL,
+    over `n_tokens` answer tokens, with the bootstrap `indices` every layout of the comparison shares."""
+    ci = ratio_of_sums_ci(nll, reference_nll, indices, confidence)
+    return LayoutResult(
+        layout=stats.layout,
+        loss=float(nll.sum() / n_tokens),
+        rel_increase=ci.estimate - 1.0,
+        ci_low=ci.low - 1.0,
+        ci_high=ci.high - 1.0,
+        kl_mean=float(kl.sum() / n_tokens),
+        top1_agreement=float(top1.sum() / n_tokens),
+        n_items=len(nll),
+        n_tokens=n_tokens,
+        saturated_k=stats.total_saturated_k,
+        saturated_v=stats.total_saturated_v,
+        scaling=stats.scaling,
+    )
+
+
 def evaluate_layouts(
     model: PreTrainedModel,
     cartridge: Cartridge,
@@ -214,25 +238,10 @@ def evaluate_layouts(
     n_tokens = int(ref_acc.tokens.sum())
     ref_loss = float(ref_acc.nll.sum() / n_tokens)
     indices = bootstrap_indices(len(seq), np.random.default_rng(seed), n_resamples)
-    results = []
-    for (_, stats), acc in zip(quantized, accs, strict=True):
-        ci = ratio_of_sums_ci(acc.nll, ref_acc.nll, indices, confidence)
-        results.append(
-            LayoutResult(
-                layout=stats.layout,
-                loss=float(acc.nll.sum() / n_tokens),
-                rel_increase=ci.estimate - 1.0,
-                ci_low=ci.low - 1.0,
-                ci_high=ci.high - 1.0,
-                kl_mean=float(acc.kl.sum() / n_tokens),
-                top1_agreement=float(acc.top1.sum() / n_tokens),
-                n_items=len(seq),
-                n_tokens=n_tokens,
-                saturated_k=stats.total_saturated_k,
-                saturated_v=stats.total_saturated_v,
-                scaling=scaling,
-            )
-        )
+    results = [
+        layout_result(stats, acc.nll, ref_acc.nll, acc.kl, acc.top1, n_tokens, indices, confidence)
+        for (_, stats), acc in zip(quantized, accs, strict=True)
+    ]
     return LayoutComparison(
         reference=ReferenceResult(loss=ref_loss, n_items=len(seq), n_tokens=n_tokens),
         layouts=tuple(results),

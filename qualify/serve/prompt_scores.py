@@ -34,7 +34,7 @@ import numpy as np
 
 from qualify.errors import DataError
 
-DEFAULT_TOP_K = 20
+DEFAULT_TOP_K = 20  # vLLM caps prompt log-probabilities at max_logprobs, 20 unless the engine raises it
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,10 @@ def item_scores(item_id: str, item_ids: Sequence[int], mask: Sequence[int], entr
     `entries` has one entry per prompt position (None where vLLM computed none: the first token, positions
     served from a connector or cache); the item is the prompt's tail, so entries are aligned from the end.
     Each entry maps token id -> a log-probability (a float or an object with `.logprob`)."""
+    if mask and mask[0]:
+        # Its context is the cartridge's last position, which vLLM does not compute in inject mode (the connector
+        # loads it), so no prompt log-probability exists for it there.
+        raise DataError(item_id, "the item's first token is an answer token: it has no scored context position")
     if len(entries) < len(item_ids):
         raise DataError(item_id, f"{len(entries)} prompt log-probabilities for an item of {len(item_ids)} tokens")
     tail = list(entries)[len(entries) - len(item_ids) :]
@@ -91,6 +95,33 @@ def _items(doc: dict[str, Any]) -> list[ItemScores]:
             for i in doc["items"]]  # fmt: skip
 
 
+@dataclass(frozen=True)
+class PairedScores:
+    """Per item, in the reference's order: answer tokens, both summed NLLs, the KL lower bound, top-1 matches."""
+
+    ids: tuple[str, ...]
+    tokens: np.ndarray
+    reference_nll: np.ndarray
+    nll: np.ndarray
+    kl: np.ndarray
+    top1: np.ndarray
+
+
+def paired_scores(reference: dict[str, Any], layout: dict[str, Any]) -> PairedScores:
+    ref, lay = _items(reference), _items(layout)
+    if [i.id for i in ref] != [i.id for i in lay] or [len(i.gold) for i in ref] != [len(i.gold) for i in lay]:
+        raise DataError(layout.get("label", "layout"), "not scored on the reference's items and answer tokens")
+    pairs = [list(zip(r.tops, c.tops, strict=True)) for r, c in zip(ref, lay, strict=True)]
+    return PairedScores(
+        ids=tuple(i.id for i in ref),
+        tokens=np.array([len(i.gold) for i in ref], dtype=np.int64),
+        reference_nll=np.array([-sum(i.gold) for i in ref]),
+        nll=np.array([-sum(i.gold) for i in lay]),
+        kl=np.array([sum(coarse_kl(a, b) for a, b in item) for item in pairs]),
+        top1=np.array([sum(max(a, key=a.get) == max(b, key=b.get) for a, b in item) for item in pairs], dtype=np.int64),
+    )
+
+
 def compare_scores(
     reference: dict[str, Any], layout: dict[str, Any], *, n_resamples: int = 2000, confidence: float = 0.95,
     seed: int = 0,
@@ -98,29 +129,22 @@ def compare_scores(
     """A layout's answer-token loss against the reference's, paired over the same items."""
     from qualify.stats.bootstrap import bootstrap_indices, ratio_of_sums_ci
 
-    ref, lay = _items(reference), _items(layout)
-    if [i.id for i in ref] != [i.id for i in lay] or [len(i.gold) for i in ref] != [len(i.gold) for i in lay]:
-        raise DataError(layout.get("label", "layout"), "not scored on the reference's items and answer tokens")
-    ref_nll = np.array([-sum(i.gold) for i in ref])
-    lay_nll = np.array([-sum(i.gold) for i in lay])
-    tokens = sum(len(i.gold) for i in ref)
-    kl = sum(coarse_kl(a, b) for r, c in zip(ref, lay, strict=True) for a, b in zip(r.tops, c.tops, strict=True))
-    top1 = sum(max(a, key=a.get) == max(b, key=b.get)
-               for r, c in zip(ref, lay, strict=True) for a, b in zip(r.tops, c.tops, strict=True))  # fmt: skip
-    indices = bootstrap_indices(len(ref), np.random.default_rng(seed), n_resamples)
-    ci = ratio_of_sums_ci(lay_nll, ref_nll, indices, confidence)
+    p = paired_scores(reference, layout)
+    tokens = int(p.tokens.sum())
+    indices = bootstrap_indices(len(p.ids), np.random.default_rng(seed), n_resamples)
+    ci = ratio_of_sums_ci(p.nll, p.reference_nll, indices, confidence)
     return {
         "reference": reference.get("label"),
         "layout": layout.get("label"),
-        "items": len(ref),
+        "items": len(p.ids),
         "answer_tokens": tokens,
-        "reference_loss": float(ref_nll.sum() / tokens),
-        "loss": float(lay_nll.sum() / tokens),
+        "reference_loss": float(p.reference_nll.sum() / tokens),
+        "loss": float(p.nll.sum() / tokens),
         "rel_increase": ci.estimate - 1.0,
         "ci": [ci.low - 1.0, ci.high - 1.0],
         "confidence": confidence,
-        "kl_lower_bound_per_token": kl / tokens,
-        "top1_agreement": top1 / tokens,
+        "kl_lower_bound_per_token": float(p.kl.sum() / tokens),
+        "top1_agreement": float(p.top1.sum() / tokens),
     }
 
 
@@ -128,17 +152,17 @@ def _item_json(s: ItemScores) -> dict[str, Any]:
     return {"id": s.id, "gold": s.gold, "tops": [{str(t): v for t, v in top.items()} for top in s.tops]}
 
 
-def _fake_quantized(cartridge_file: Path, layout: str, into: Path) -> Path:
+def _fake_quantized(cartridge_file: Path, layout: str, into: Path, scaling: str) -> Path:
     from qualify.cartridge.io import load_cartridge, save_cartridge
     from qualify.quant.apply import apply_layout
 
-    quantized, _ = apply_layout(load_cartridge(cartridge_file), layout)
+    quantized, _ = apply_layout(load_cartridge(cartridge_file), layout, scaling)
     return save_cartridge(quantized, into / f"cartridge-{layout.replace('/', '')}.safetensors")
 
 
 def score(
     layout_name: str, out: Path, *, settings: Any, cartridge_file: Path, eval_set: Path, fake_quant: str | None,
-    top_k: int = DEFAULT_TOP_K, seed: int = 0,
+    scaling: str = "none", top_k: int = DEFAULT_TOP_K, seed: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     """Serve every eval item behind the cartridge in one layout and write its answer positions' scores."""
     from types import SimpleNamespace
@@ -167,7 +191,7 @@ def score(
     from qualify.serve.engine import build_llm, prompt_token_ids
 
     with tempfile.TemporaryDirectory(prefix="qualify-loss-") as tmp:
-        served = _fake_quantized(cartridge_file, fake_quant, Path(tmp)) if fake_quant else cartridge_file
+        served = _fake_quantized(cartridge_file, fake_quant, Path(tmp), scaling) if fake_quant else cartridge_file
         llm = build_llm(lay, served, cart_len, settings, seed=seed)
         prompts = prompt_token_ids(lay, [list(i.input_ids) for i in items], cart_len, settings.placeholder_token_id)
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=top_k, detokenize=False)
@@ -178,6 +202,7 @@ def score(
         "label": f"{lay.name}{f'+{fake_quant}' if fake_quant else ''}",
         "layout": lay.name,
         "fake_quant": fake_quant,
+        "scaling": scaling if fake_quant else None,
         "enforce_eager": settings.enforce_eager,
         "model_dir": settings.model_dir,
         "cartridge": str(cartridge_file),

@@ -39,6 +39,8 @@ def test_answer_positions_are_read_from_the_prompt_tail() -> None:
 def test_a_missing_answer_entry_is_refused_naming_the_item() -> None:
     with pytest.raises(QualifyError, match=r"boolq-07.*position 3"):
         item_scores("boolq-07", [5, 6, 7, 8], [0, 0, 1, 1], [None, {6: -1.0}, {7: -0.1}, None])
+    with pytest.raises(QualifyError, match="first token is an answer token"):
+        item_scores("boolq-07", [5, 6], [1, 1], [None, {6: -1.0}])
     with pytest.raises(QualifyError, match="boolq-07: 2 prompt log-probabilities"):
         item_scores("boolq-07", [5, 6, 7, 8], [0, 0, 1, 1], [None, {6: -1.0}])
 

@@ -1,4 +1,7 @@
-"""Fields and lint of `loss_increase`: eval-loss cost of quantizing a cartridge, per layout, against BF16."""
+"""Fields and lint of `loss_increase`: eval-loss cost of quantizing a cartridge, per layout, against BF16.
+
+`backend: vllm` measures it through the serving path (one vLLM process per layout; see vllm_backend.py).
+"""
 
 from __future__ import annotations
 
@@ -40,6 +43,10 @@ class LossIncreaseParams(KindParams):
     batch_size: int = Field(default=16, ge=1)
     max_items: int | None = Field(default=None, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
+    # `hf`: Hugging Face transformers with the cartridge as past_key_values (CPU or CUDA); `vllm`: the serving
+    # path, each layout in its own vLLM process (qualify.kinds.loss_increase.vllm_backend).
+    backend: Literal["hf", "vllm"] = "hf"
+    worker_timeout_s: float = Field(default=600.0, gt=0)
     # Context length for the raw-payload table's "full-context KV bytes" column.
     context_tokens: int = Field(default=32768, ge=1)
 
@@ -65,6 +72,11 @@ def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
     for layout, bound in params.max_rel_increase.items():
         if bound < 0:
             issues.append(LintIssue(("max_rel_increase", layout), "a maximum increase cannot be negative"))
+    if params.backend == "vllm":
+        if params.max_items is not None:
+            issues.append(LintIssue(("max_items",), "backend vllm scores the whole eval set; drop max_items"))
+        if params.device == "cpu":
+            issues.append(LintIssue(("device",), "backend vllm serves on the GPU; drop device: cpu"))
     control = params.positive_control
     if (
         control.metric == "rel_increase"

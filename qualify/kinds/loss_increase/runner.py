@@ -5,13 +5,17 @@ Measurements: `LossIncreaseMeasurements` (what `qualify render` plots); each bou
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import torch
 from pydantic import TypeAdapter
 
 from qualify.cartridge.manifest import load_verified_cartridge, manifest_path
+from qualify.cartridge.types import ModelKVShape
 from qualify.compile import GateItem
 from qualify.context import RunContext
 from qualify.errors import DataError, InsensitiveMeasurementError
@@ -27,8 +31,9 @@ from qualify.kinds.loss_increase.measurements import (
 from qualify.kinds.loss_increase.params import LossIncreaseParams
 from qualify.loss.data import EvalSet, load_eval_set
 from qualify.loss.evaluate import LayoutComparison, LayoutResult, evaluate_layouts
-from qualify.models.loader import LoadedModel, load_causal_lm
-from qualify.models.spec import ModelSpec
+from qualify.models.gguf_cache import converted_gguf
+from qualify.models.loader import LoadedModel, directory_weights_sha256, load_causal_lm, package_gguf_path
+from qualify.models.spec import ModelSpec, PathSpec
 from qualify.quant.payload import payload_table
 from qualify.results import Check, InputRef, ItemOutcome, Table
 from qualify.stats.bootstrap import bootstrap_indices, ratio_of_sums_ci
@@ -36,17 +41,52 @@ from qualify.stats.bootstrap import bootstrap_indices, ratio_of_sums_ci
 _MODEL_SPEC = TypeAdapter(ModelSpec)
 
 
-def _model(item: GateItem, params: LossIncreaseParams, ctx: RunContext) -> LoadedModel:
+@dataclass(frozen=True)
+class _ModelFacts:
+    """What the report says of the model, whichever backend ran it."""
+
+    model_id: str
+    kv_shape: ModelKVShape
+    weights_sha256: str
+    device: str
+    dtype: str
+
+
+def _spec(item: GateItem, params: LossIncreaseParams) -> ModelSpec:
     raw = dict(item.gate_file.workloads[params.workload].model)
     if params.device != "auto":
         raw["device"] = params.device
     if raw.get("source") == "path" and "path" in raw:
         raw["path"] = str(item.gate_file.resolve(raw["path"]))
     try:
-        spec = _MODEL_SPEC.validate_python(raw)
+        return _MODEL_SPEC.validate_python(raw)
     except ValueError as exc:
         raise DataError(item.gate_file.path, f"workload {params.workload!r}: invalid model: {exc}") from None
+
+
+def _model(item: GateItem, params: LossIncreaseParams, ctx: RunContext) -> LoadedModel:
+    spec = _spec(item, params)
     return ctx.memo(("model", spec.model_dump_json()), lambda: load_causal_lm(spec))
+
+
+def _facts(loaded: LoadedModel) -> _ModelFacts:
+    return _ModelFacts(loaded.model_id, loaded.kv_shape, loaded.weights_sha256, str(loaded.device),
+                       str(loaded.dtype).removeprefix("torch."))  # fmt: skip
+
+
+def _served_model(item: GateItem, params: LossIncreaseParams) -> tuple[Path, _ModelFacts]:
+    """backend vllm: the model's Hugging Face folder (a GGUF converted once into the cache) and its facts."""
+    spec = _spec(item, params)
+    if isinstance(spec, PathSpec):
+        directory = Path(spec.path).expanduser()
+        if not (directory / "config.json").is_file():
+            raise DataError(str(directory), "not a Hugging Face model directory (no config.json)")
+        model_id, digest = directory.name, directory_weights_sha256(directory)
+    else:
+        converted = converted_gguf(package_gguf_path(spec))
+        directory, model_id, digest = converted.directory, spec.file.removesuffix(".gguf"), converted.gguf_sha256
+    config = SimpleNamespace(**json.loads((directory / "config.json").read_text()))
+    return directory, _ModelFacts(model_id, ModelKVShape.from_hf_config(config), digest, "cuda (vLLM)", "bfloat16")
 
 
 def _eval_set(path: Path, max_items: int | None, ctx: RunContext) -> EvalSet:
@@ -101,7 +141,7 @@ def _control_check(cmp: LayoutComparison, params: LossIncreaseParams, seed: int)
 
 
 def _measurements(
-    params: LossIncreaseParams, loaded: LoadedModel, cmp: LayoutComparison, cartridge_tokens: int
+    params: LossIncreaseParams, loaded: _ModelFacts, cmp: LayoutComparison, cartridge_tokens: int
 ) -> LossIncreaseMeasurements:
     control = params.positive_control.layout
     return LossIncreaseMeasurements(
@@ -199,28 +239,33 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
     workload = item.gate_file.workloads[params.workload]
     if workload.eval_set is None:
         raise DataError(item.gate_file.path, f"workload {params.workload!r} declares no eval_set")
-    loaded = _model(item, params, ctx)
     cartridge_path = item.gate_file.resolve(workload.cartridges[params.checkpoint])
-    cartridge, manifest = load_verified_cartridge(cartridge_path, loaded.kv_shape)
     eval_path = item.gate_file.resolve(workload.eval_set)
     eval_set = _eval_set(eval_path, params.max_items, ctx)
-
     layouts = list(params.max_rel_increase)
     if params.positive_control.layout not in layouts:
         layouts.append(params.positive_control.layout)
     torch.manual_seed(ctx.seed)
-    cmp = evaluate_layouts(
-        loaded.model,
-        cartridge,
-        eval_set,
-        layouts,
-        scaling=params.scaling,
-        batch_size=params.batch_size,
-        n_resamples=params.n_resamples,
-        confidence=params.confidence,
-        seed=ctx.seed,
-        progress=lambda done, total: ctx.progress("sequences", done, total),
-    )
+
+    def progress(done: int, total: int) -> None:
+        ctx.progress("sequences" if params.backend == "hf" else "layouts in vLLM", done, total)
+
+    # The same paired statistics for both backends.
+    stats = {"scaling": params.scaling, "n_resamples": params.n_resamples, "confidence": params.confidence,
+             "seed": ctx.seed, "progress": progress}  # fmt: skip
+    if params.backend == "vllm":
+        from qualify.kinds.loss_increase.vllm_backend import evaluate_layouts_vllm
+
+        model_dir, loaded = _served_model(item, params)
+        cartridge, manifest = load_verified_cartridge(cartridge_path, loaded.kv_shape)
+        cmp = evaluate_layouts_vllm(model_dir=model_dir, cartridge_path=cartridge_path, cartridge=cartridge,
+                                    eval_path=eval_path, layouts=layouts, timeout_s=params.worker_timeout_s,
+                                    **stats)  # fmt: skip
+    else:
+        model = _model(item, params, ctx)
+        loaded = _facts(model)
+        cartridge, manifest = load_verified_cartridge(cartridge_path, model.kv_shape)
+        cmp = evaluate_layouts(model.model, cartridge, eval_set, layouts, batch_size=params.batch_size, **stats)
     n = cmp.reference.n_items
     by_layout = {r.layout.value: r for r in cmp.layouts}
     checks = [_check(by_layout[name], bound, params, n) for name, bound in params.max_rel_increase.items()]
@@ -246,8 +291,8 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
         parameters={
             **params.report_parameters(),
             "seed": ctx.seed,
-            "device": str(loaded.device),
-            "model_dtype": str(loaded.dtype).removeprefix("torch."),
+            "device": loaded.device,
+            "model_dtype": loaded.dtype,
             "cartridge_dtype": str(cartridge.dtype).removeprefix("torch."),
             "cartridge_tokens": cartridge.num_tokens,
             "frozen_tokens": cartridge.frozen_tokens,
