@@ -314,26 +314,27 @@ def cmd_serve_agreement(args: argparse.Namespace) -> int:
 def cmd_serve_loss(args: argparse.Namespace) -> int:
     from qualify.serve import prompt_scores
 
-    if args.step == "compare":
-        try:
-            ref = json.loads(args.reference.read_text())
-            rows = [prompt_scores.compare_scores(ref, json.loads(p.read_text()), n_resamples=args.resamples,
-                                                 confidence=args.confidence) for p in args.layouts]  # fmt: skip
-        except (OSError, ValueError, KeyError, TypeError, QualifyError) as exc:
-            print(f"serve-loss compare: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        print(json.dumps(rows, indent=1))
-        return EXIT_OK
-    if args.step == "boolq":
+    if args.step in ("compare", "boolq"):
         from qualify.loss.data import load_eval_set
         from qualify.serve.yes_no import floor_report, yes_no_outcomes
 
+        where = args.reference
         try:
-            items = load_eval_set(args.eval_set).items
-            ref = yes_no_outcomes(json.loads(args.reference.read_text()), items)
-            rows = {str(p): floor_report(ref, yes_no_outcomes(json.loads(p.read_text()), items)) for p in args.layouts}
+            ref = json.loads(args.reference.read_text())
+            if args.step == "boolq":
+                items = load_eval_set(args.eval_set).items
+                ref_outcomes = yes_no_outcomes(ref, items)
+            rows = {}
+            for where in args.layouts:
+                doc = json.loads(where.read_text())
+                rows[str(where)] = (
+                    prompt_scores.compare_scores(ref, doc, n_resamples=args.resamples, confidence=args.confidence)
+                    if args.step == "compare"
+                    else floor_report(ref_outcomes, yes_no_outcomes(doc, items))
+                )
         except (OSError, ValueError, KeyError, TypeError, QualifyError) as exc:
-            print(f"serve-loss boolq: {exc}", file=sys.stderr)
+            detail = exc.diagnostics() if isinstance(exc, QualifyError) else f"{type(exc).__name__}: {exc}"
+            print(f"serve-loss {args.step}: {where}: {detail}", file=sys.stderr)
             return EXIT_USAGE
         print(json.dumps(rows, indent=1))
         return EXIT_OK
@@ -421,7 +422,9 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     gen.add_argument("--cartridge-len", type=int, default=632)
     gen.add_argument("--seed", type=int, default=1234)
     gen.add_argument("--eager", action="store_true", help="eager mode (default: torch.compile with CUDA graphs)")
-    gen.add_argument("--model-dir", help="a real model's Hugging Face folder (default: the seeded small Qwen3)")
+    gen.add_argument("--model-dir", help="a real model's Hugging Face folder (relative: under the repository root; "
+                     "default: the seeded small Qwen3, random questions of --question-len, a random cartridge of "
+                     "--cartridge-len; with it the eval set's questions and the cartridge's own length)")  # fmt: skip
     gen.add_argument("--cartridge", type=Path, help="with --model-dir: the trained cartridge to serve")
     gen.add_argument("--eval-set", type=Path, help="with --model-dir: the eval set whose questions are sent")
     cmp = steps.add_parser("compare", help="token identity (or a log-prob tolerance); exit 1 when it fails")
@@ -436,7 +439,7 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     score = loss_steps.add_parser("score", help="prompt log-probabilities of every eval item's answer in one layout")
     score.add_argument("--layout", required=True, choices=sorted(LAYOUTS))
     score.add_argument("--out", required=True, type=Path)
-    score.add_argument("--model-dir", required=True, help="the real model's Hugging Face folder")
+    score.add_argument("--model-dir", required=True, help="the real model's folder (relative: to the repository)")
     score.add_argument("--cartridge", required=True, type=Path)
     score.add_argument("--eval-set", required=True, type=Path)
     score.add_argument("--fake-quant", choices=["K16/V8", "K8/V16", "K8/V8", "K4/V16"],

@@ -13,16 +13,20 @@
 #        transformers' own dequantization, the same conversion as the CPU loss evaluation's)
 #   bash scripts/gpu_graphs.sh stage 1, stage 2   (vLLM's parts, as for issue 16)
 #   bash scripts/gpu_real.sh agreement (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh)
-#        vLLM's last part, then greedy agreement with real weights (tests/serve/test_vllm_e2e_real.py: 5 engines)
-#        and the eval-set loss through the serving path against the CPU evaluation (test_vllm_loss_real.py: 4);
-#        then, in the background, ONE signed run of gates/gpu/real-smollm2.yaml (loss_increase, backend vllm: 6
-#        engines for each of 3 checkpoints, ~10 min)
+#        vLLM's last part and its install, then greedy agreement with real weights (tests/serve/
+#        test_vllm_e2e_real.py: 5 engines, ~5 min)
+#   bash scripts/gpu_real.sh loss      (carry .vllm/MANIFEST, .vllm/setup.sh)   the eval-set loss through the
+#        serving path against the CPU evaluation (test_vllm_loss_real.py: 4 engines, ~4 min); then, in the
+#        background, ONE signed run of gates/gpu/real-smollm2.yaml (loss_increase, backend vllm: 6 engines per
+#        checkpoint, ~5 min each). GATE_K selects its items, by default run1's alone ("run1 and not half_lr"):
+#        staging (7 calls), conversion, agreement, loss and one checkpoint fill a 30-minute session; GATE_K=""
+#        runs all three checkpoints (~15 min more)
 #   bash scripts/gpu_real.sh gate      wait for that run (GATE_WAIT_S), then its report (the log's tail meanwhile)
 # Everything comes back under $OUT.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-step=${1:?usage: gpu_real.sh stage K | convert | agreement | gate}
+step=${1:?usage: gpu_real.sh stage K | convert | agreement | loss | gate}
 WORK=/tmp/real-work
 mkdir -p "$WORK"
 export PYTHONUNBUFFERED=1
@@ -37,8 +41,10 @@ convert)
   {
     sign_site
     bash .big/smollm2/join.sh smollm2 "$GGUF" || exit 1
+    # gguf for transformers' GGUF reader; pydantic for the project's model spec (the image has neither).
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/real-site \
-      .real/wheels/gguf-*.whl || exit 1
+      .real/wheels/gguf-*.whl .gpu/wheels/pydantic-*.whl .gpu/wheels/pydantic_core-*.whl \
+      .gpu/wheels/annotated_types-*.whl .gpu/wheels/typing_inspection-*.whl || exit 1
     log "convert the GGUF (transformers $(python3 -c 'import transformers; print(transformers.__version__)'))"
     SECONDS=0
     PYTHONPATH=".:kernels:/tmp/real-site" QUALIFY_CACHE_DIR=$WORK/cache python3 -c '
@@ -58,22 +64,32 @@ agreement)
     bash .vllm/stage.sh 3 || exit 1
     vllm_env || exit 1
     [[ -s $WORK/model_dir ]] || { echo "no converted model: run the convert step first"; exit 1; }
-    log "real weights (SmolLM2-135M, trained cartridge run1): greedy agreement, then the eval-set loss"
+    log "real weights (SmolLM2-135M, trained cartridge run1): greedy agreement"
     SECONDS=0
-    QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") QUALIFY_E2E_OUT=$WORK/e2e timeout ${E2E_TIMEOUT_S:-540} \
-      python3 -m pytest tests/serve/test_vllm_e2e_real.py tests/serve/test_vllm_loss_real.py -q -rs \
-      -p no:cacheprovider 2>&1 | tail -n 40
+    QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") QUALIFY_E2E_OUT=$WORK/e2e timeout ${E2E_TIMEOUT_S:-500} \
+      python3 -m pytest tests/serve/test_vllm_e2e_real.py -q -rs -p no:cacheprovider 2>&1 | tail -n 30
     echo "agreement wall ${SECONDS} s"
+  } 2>&1 | tee "$OUT/agreement.log"
+  tar -C "$WORK" -czf "$OUT/agreement.tar.gz" e2e 2>/dev/null
+  ;;
+loss)
+  {
+    vllm_env >/dev/null || exit 1
+    log "real weights: the eval-set loss through the serving path against the CPU evaluation"
+    SECONDS=0
+    QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") QUALIFY_E2E_OUT=$WORK/e2e timeout ${LOSS_TIMEOUT_S:-500} \
+      python3 -m pytest tests/serve/test_vllm_loss_real.py -q -rs -p no:cacheprovider 2>&1 | tail -n 30
+    echo "loss wall ${SECONDS} s"
     keys
-    log "gates/gpu/real-smollm2.yaml: started in the background (collected by the 'gate' step)"
+    log "gates/gpu/real-smollm2.yaml (-k '${GATE_K=run1 and not half_lr}'): started in the background"
     rm -rf "$WORK/gate"
     QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") setsid nohup python3 -c \
       'import sys; from qualify.cli import main; sys.exit(main())' run gates/gpu/real-smollm2.yaml \
-      --out "$WORK/gate" --name real-smollm2-h200 --non-release --sign-key "$WORK/keys/signing-key.pem" -- -v \
-      >"$WORK/gate.log" 2>&1 &
+      ${GATE_K:+-k "$GATE_K"} --out "$WORK/gate" --name real-smollm2-h200 --non-release \
+      --sign-key "$WORK/keys/signing-key.pem" -- -v >"$WORK/gate.log" 2>&1 &
     echo $! >"$WORK/gate.pid"
-  } 2>&1 | tee "$OUT/agreement.log"
-  tar -C "$WORK" -czf "$OUT/agreement.tar.gz" e2e 2>/dev/null
+  } 2>&1 | tee "$OUT/loss.log"
+  tar -C "$WORK" -czf "$OUT/loss.tar.gz" e2e 2>/dev/null
   ;;
 gate)
   if ! wait_for "$WORK/gate.pid" "${GATE_WAIT_S:-560}"; then

@@ -76,27 +76,23 @@ def eval_set_workload(settings: EngineSettings, cartridge_file: Path, eval_set: 
     from qualify.cartridge.io import load_cartridge
     from qualify.cartridge.types import ModelKVShape
     from qualify.cartridge.validate import validate_cartridge
+    from qualify.loss.data import check_vocab, load_eval_set
 
     cart = load_cartridge(cartridge_file)
     validate_cartridge(cart, ModelKVShape.from_hf_config(SimpleNamespace(**settings.hf_config())))
-    try:
-        items = json.loads(eval_set.read_text())["items"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise DataError(str(eval_set), f"not an eval set with `items`: {exc}") from None
-    if not isinstance(items, list) or len(items) < prompts + 1:
+    config = settings.hf_config()
+    items = load_eval_set(eval_set).items
+    check_vocab(items, int(config["vocab_size"]), str(eval_set))
+    if len(items) < prompts + 1:
         raise DataError(str(eval_set), f"`items`: {prompts} questions and one to prime the cache need "
-                                       f"{prompts + 1} items")  # fmt: skip
+                                       f"{prompts + 1} items, not {len(items)}")  # fmt: skip
     questions = []
     for i, item in enumerate(items[: prompts + 1]):
-        ids, mask = item.get("input_ids"), item.get("answer_mask")
-        if not (isinstance(ids, list) and isinstance(mask, list) and len(ids) == len(mask) and 1 in mask):
-            raise DataError(str(eval_set), f"items[{i}]: needs input_ids and an answer_mask of the same length "
-                                           "marking its answer")  # fmt: skip
-        question = ids[: mask.index(1)]
+        question = item.input_ids[: item.answer_mask.index(1)] if 1 in item.answer_mask else ()
         if not question or settings.placeholder_token_id in question:
-            raise DataError(str(eval_set), f"items[{i}]: the question before the answer is empty or holds the "
-                                           f"placeholder token {settings.placeholder_token_id}")  # fmt: skip
-        questions.append(question)
+            raise DataError(str(eval_set), f"items[{i}] ({item.id}): no question before an answer, or it holds "
+                                           f"the placeholder token {settings.placeholder_token_id}")  # fmt: skip
+        questions.append(list(question))
     source = f"trained cartridge {cartridge_file} ({cart.num_tokens} positions), questions of {eval_set}"
     return Workload(settings, cart.num_tokens, questions[:prompts], questions[prompts], cartridge_file, source)
 

@@ -54,7 +54,8 @@ def item_scores(item_id: str, item_ids: Sequence[int], mask: Sequence[int], entr
     Each entry maps token id -> a log-probability (a float or an object with `.logprob`)."""
     if mask and mask[0]:
         # Its context is the cartridge's last position, which vLLM does not compute in inject mode (the connector
-        # loads it), so no prompt log-probability exists for it there.
+        # loads it), so no prompt log-probability exists for it there. This also keeps the placeholder rows out:
+        # vLLM's V1 runner leaves them uninitialized (the default V2 runner returns only the item's entries).
         raise DataError(item_id, "the item's first token is an answer token: it has no scored context position")
     if len(entries) < len(item_ids):
         raise DataError(item_id, f"{len(entries)} prompt log-probabilities for an item of {len(item_ids)} tokens")
@@ -72,22 +73,29 @@ def item_scores(item_id: str, item_ids: Sequence[int], mask: Sequence[int], entr
     return ItemScores(item_id, gold, tops)
 
 
+# Below this, a "rest" bin's mass is float32 rounding of the log-softmax (~1e-6 per value at logits near 20).
+_REST_FLOOR = 1e-5
+
+
 def coarse_kl(ref: dict[int, float], lay: dict[int, float]) -> float:
     """KL(ref || lay) over the tokens both top-k lists hold, plus one bin for every other token (nats).
 
     A coarsening of both distributions, so never above the full KL (data-processing inequality); 0 when the
-    two lists are equal."""
-    shared = ref.keys() & lay.keys()
-    kl, p_rest, q_rest = 0.0, 1.0, 1.0
-    for t in shared:
-        p, q = math.exp(ref[t]), math.exp(lay[t])
-        kl += p * (ref[t] - lay[t])
-        p_rest -= p
-        q_rest -= q
-    p_rest, q_rest = max(p_rest, 0.0), max(q_rest, 1e-30)
-    if p_rest > 0.0:
-        kl += p_rest * math.log(p_rest / q_rest)
-    return max(kl, 0.0)
+    two lists are equal. Where the rest of either side is within rounding of zero, it is merged into the least
+    likely shared token's bin (still a coarsening): a rounded-away rest would otherwise weigh log(p / ~0)."""
+    shared = sorted(ref.keys() & lay.keys(), key=lambda t: -ref[t])
+    if not shared:
+        return 0.0
+    p = [math.exp(ref[t]) for t in shared]
+    q = [math.exp(lay[t]) for t in shared]
+    p_rest, q_rest = 1.0 - sum(p), 1.0 - sum(q)
+    if min(p_rest, q_rest) < _REST_FLOOR:
+        p[-1] += max(p_rest, 0.0)
+        q[-1] += max(q_rest, 0.0)
+        bins = list(zip(p, q, strict=True))
+    else:
+        bins = [*zip(p, q, strict=True), (p_rest, q_rest)]
+    return max(sum(a * math.log(a / b) for a, b in bins if a > 0.0), 0.0)
 
 
 def _items(doc: dict[str, Any]) -> list[ItemScores]:
@@ -183,6 +191,11 @@ def score(
     validate_cartridge(cart, ModelKVShape.from_hf_config(SimpleNamespace(**config)))
     items = load_eval_set(eval_set).items
     check_vocab(items, int(config["vocab_size"]), str(eval_set))
+    placeholder = settings.placeholder_token_id
+    for k, item in enumerate(items):
+        if placeholder in item.input_ids:
+            raise DataError(str(eval_set), f"items[{k}] ({item.id}): holds the placeholder token {placeholder} that "
+                                           "marks the cartridge's positions")  # fmt: skip
     cart_len = cart.num_tokens
 
     from vllm import SamplingParams
@@ -196,8 +209,11 @@ def score(
         prompts = prompt_token_ids(lay, [list(i.input_ids) for i in items], cart_len, settings.placeholder_token_id)
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=top_k, detokenize=False)
         outs = llm.generate([TokensPrompt(prompt_token_ids=p) for p in prompts], params, use_tqdm=False)
-    scores = [item_scores(i.id, i.input_ids, i.answer_mask, o.prompt_logprobs or [])
-              for i, o in zip(items, outs, strict=True)]  # fmt: skip
+    try:
+        scores = [item_scores(i.id, i.input_ids, i.answer_mask, o.prompt_logprobs or [])
+                  for i, o in zip(items, outs, strict=True)]  # fmt: skip
+    except DataError as exc:
+        raise DataError(f"{eval_set} ({lay.name})", str(exc)) from None
     doc = {
         "label": f"{lay.name}{f'+{fake_quant}' if fake_quant else ''}",
         "layout": lay.name,

@@ -59,7 +59,11 @@ def yes_no_outcomes(doc: dict[str, Any], items: Sequence[EvalItem], prefix: str 
         if other in top:
             ok = top[token] > top[other]
         else:
-            k = int(doc.get("top_k") or len(top))
+            if not doc.get("top_k"):
+                raise DataError(
+                    str(doc.get("label", "scores")), "no top_k recorded: the other answer's order is unknown"
+                )
+            k = int(doc["top_k"])
             best = sorted(top.values(), reverse=True)[:k]
             ok = top[token] >= best[-1]
             if not ok:
@@ -87,12 +91,12 @@ def floor_report(
         power = power_statement(len(ref), alpha, beta, reference.accuracy, floor)
         # Shown below the floor fails however few the items; otherwise too few items show nothing.
         if ci.high < floor:
-            verdict = "FAIL"
+            verdict, decided_on = "FAIL", ci.high
         elif power.underpowered:
-            verdict = "INCOMPLETE"
+            verdict, decided_on = "INCOMPLETE", ci.low
         else:
-            verdict = "PASS" if ci.low >= floor else "FAIL"
-        rows.append({"floor": floor, "verdict": verdict, "power": power.sentence(), "decided_on": ci.low})
+            verdict, decided_on = ("PASS" if ci.low >= floor else "FAIL"), ci.low
+        rows.append({"floor": floor, "verdict": verdict, "power": power.sentence(), "decided_on": decided_on})
     return {
         "items": len(ref),
         "reference_accuracy": reference.accuracy,

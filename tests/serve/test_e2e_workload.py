@@ -59,19 +59,28 @@ def test_a_cartridge_of_another_model_is_refused(tmp_path: Path) -> None:
         eval_set_workload(SMALL, FIFA / "run1.pt", FIFA / "eval_set.json", prompts=2)
 
 
+def _item(n: int, ids: list[int], mask: list[int]) -> dict:
+    return {"id": f"q{n}", "text": "t", "input_ids": ids, "answer_mask": mask}
+
+
+GOOD = [_item(n, [1, 5, 6, 7], [0, 0, 1, 1]) for n in range(3)]
+
+
 @pytest.mark.parametrize(
-    ("doc", "field"),
+    ("items", "field"),
     [
-        ({"format": "x"}, "items"),
-        ({"items": [{"input_ids": [1, 2], "answer_mask": [0, 1]}]}, "3 items"),
-        ({"items": [{"input_ids": [1, 2, 3], "answer_mask": [0, 0]}] * 3}, r"items\[0\]"),
-        ({"items": [{"input_ids": [5, 2], "answer_mask": [0, 1]}, {"input_ids": [2], "answer_mask": [1]}] * 2},
-         r"items\[1\]"),
+        (None, "format"),
+        (GOOD[:2], "3 items, not 2"),
+        ([_item(0, [1, 0, 6, 7], [0, 0, 1, 1]), *GOOD[1:]], r"items\[0\] \(q0\).*placeholder token 0"),
+        ([GOOD[0], _item(1, [5, 6], [1, 1]), GOOD[2]], r"item 'q1' \(items\[1\]\): field 'answer_mask'"),
     ],
-)  # fmt: skip
+)
 def test_a_malformed_eval_set_is_refused_naming_the_file_and_item(
-    smollm2_dir: str, tmp_path: Path, doc: dict, field: str
+    smollm2_dir: str, tmp_path: Path, items: list | None, field: str
 ) -> None:
+    header = json.loads((FIFA / "eval_set.json").read_text())
+    doc = {"format": "x"} if items is None else {"format": header["format"], "tokenizer": header["tokenizer"],
+                                                 "items": items}  # fmt: skip
     bad = tmp_path / "eval.json"
     bad.write_text(json.dumps(doc))
     with pytest.raises(QualifyError, match=rf"eval\.json: .*{field}"):

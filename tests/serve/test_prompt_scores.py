@@ -58,6 +58,14 @@ def test_the_coarsened_kl_is_a_lower_bound_of_the_full_kl() -> None:
     assert coarse_kl(same, same) == pytest.approx(0.0, abs=1e-12)
 
 
+def test_a_rest_within_rounding_of_zero_does_not_inflate_the_bound() -> None:
+    # The top-2 hold all the mass but for float32 rounding; the layout's sums to a hair over 1 (rest <= 0).
+    ref = {1: math.log(0.7), 2: math.log(0.3 - 1e-4)}
+    lay = {1: math.log(0.7 + 2e-6), 2: math.log(0.3 - 1e-6)}
+    full = 0.7 * math.log(0.7 / 0.7) + 0.3 * math.log(0.3 / 0.3)
+    assert coarse_kl(ref, lay) <= full + 1e-4
+
+
 def _doc(label: str, items: list[ItemScores]) -> dict:
     def one(i: ItemScores) -> dict:
         return {"id": i.id, "gold": i.gold, "tops": [{str(t): v for t, v in top.items()} for top in i.tops]}
@@ -92,7 +100,11 @@ def test_compare_command_prints_one_row_per_layout(tmp_path: Path, capsys: pytes
     (tmp_path / "lay.json").write_text(json.dumps(_doc("shared-k16v8", ref)))
     assert main(["serve-loss", "compare", str(tmp_path / "ref.json"), str(tmp_path / "lay.json")]) == 0
     rows = json.loads(capsys.readouterr().out)
-    assert [r["layout"] for r in rows] == ["shared-k16v8"] and rows[0]["rel_increase"] == 0.0
+    row = rows[str(tmp_path / "lay.json")]
+    assert len(rows) == 1 and row["layout"] == "shared-k16v8" and row["rel_increase"] == 0.0
+    (tmp_path / "bad.json").write_text("{}")
+    assert main(["serve-loss", "compare", str(tmp_path / "ref.json"), str(tmp_path / "bad.json")]) == 2
+    assert capsys.readouterr().err.startswith(f"serve-loss compare: {tmp_path / 'bad.json'}: KeyError")
 
 
 def test_score_refuses_in_one_line_and_writes_nothing(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:

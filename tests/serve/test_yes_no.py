@@ -67,6 +67,10 @@ def test_outcomes_of_other_items_are_refused() -> None:
     doc["items"] = doc["items"][1:]
     with pytest.raises(QualifyError, match="was not scored"):
         yes_no_outcomes(doc, ITEMS)
+    no_k = _doc(set(), drop_other={"boolq-00"})
+    del no_k["top_k"]
+    with pytest.raises(QualifyError, match="no top_k recorded"):
+        yes_no_outcomes(no_k, ITEMS)
     with pytest.raises(QualifyError, match="two tokens"):
         answer_tokens([i for i in ITEMS if i.id == "boolq-00"])
     assert ref.accuracy == 1.0

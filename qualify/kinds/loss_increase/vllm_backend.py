@@ -44,6 +44,8 @@ SERVED: dict[Layout, tuple[str, str | None]] = {
     Layout.K8_V8: ("bf16-inject", "K8/V8"),
     Layout.K4_V16: ("bf16-inject", "K4/V16"),
 }
+# Layouts the serving path quantizes itself, and how (qualify.serve.store: FP8 cartridge V with a per-head scale).
+SERVED_SCALING: dict[Layout, Scaling] = {Layout.K16_V8: Scaling.PER_HEAD}
 _ROOT = Path(__file__).resolve().parents[3]
 
 
@@ -65,6 +67,8 @@ def score_in_process(
     if proc.returncode != 0:
         tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-12:])
         raise QualifyError(f"{what}: the scoring process exited {proc.returncode}:\n{tail}")
+    if not out.is_file():
+        raise QualifyError(f"{what}: the scoring process exited 0 but wrote no {out.name}")
     return json.loads(out.read_text())
 
 
@@ -93,7 +97,9 @@ def evaluate_layouts_vllm(
     first = paired[0] if paired else paired_scores(reference, reference)
     n_tokens = int(first.tokens.sum())
     indices = bootstrap_indices(len(first.ids), np.random.default_rng(seed), n_resamples)
-    stats = [apply_layout(cartridge, layout, scaling)[1] for layout in parsed]
+    # What each served cartridge holds: K16/V8 as the serving store quantizes V (per head), the rest as
+    # fake-quantized with the gate's scaling.
+    stats = [apply_layout(cartridge, x, SERVED_SCALING.get(x, scaling))[1] for x in parsed]
     results = [
         layout_result(st, p.nll, p.reference_nll, p.kl, p.top1, n_tokens, indices, confidence)
         for p, st in zip(paired, stats, strict=True)
