@@ -27,8 +27,10 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from qualify.cartridge.types import Cartridge
 from qualify.errors import DataError
 from qualify.hashing import sha256_file
+from qualify.loss.data import EvalItem
 from qualify.serve.agreement import generations_from_json, logprob_agreement, token_identity
 from qualify.serve.dispatch_log import cartridge_positions, dispatch_log_in
 from qualify.serve.layouts import layout
@@ -70,28 +72,40 @@ def random_workload(
     return Workload(settings, cartridge_len, questions, priming, None, source)
 
 
-def eval_set_workload(settings: EngineSettings, cartridge_file: Path, eval_set: Path, *, prompts: int) -> Workload:
-    """A trained cartridge and the first `prompts` questions of an eval set (each item's `input_ids` before its
-    answer, as the loss evaluation tokenized them); the next item primes the prefix cache."""
+def checked_inputs(settings: EngineSettings, cartridge_file: Path, eval_set: Path) -> tuple[Cartridge, list[EvalItem]]:
+    """A trained cartridge and an eval set to serve with the settings' model: the cartridge must fit the model's
+    KV shape, every token must be in its vocabulary, and no item may hold the placeholder token that marks the
+    cartridge's positions; DataError naming the file (and item) otherwise."""
     from qualify.cartridge.io import load_cartridge
     from qualify.cartridge.types import ModelKVShape
     from qualify.cartridge.validate import validate_cartridge
     from qualify.loss.data import check_vocab, load_eval_set
 
-    cart = load_cartridge(cartridge_file)
-    validate_cartridge(cart, ModelKVShape.from_hf_config(SimpleNamespace(**settings.hf_config())))
     config = settings.hf_config()
-    items = load_eval_set(eval_set).items
+    cart = load_cartridge(cartridge_file)
+    validate_cartridge(cart, ModelKVShape.from_hf_config(SimpleNamespace(**config)))
+    items = list(load_eval_set(eval_set).items)
     check_vocab(items, int(config["vocab_size"]), str(eval_set))
+    placeholder = settings.placeholder_token_id
+    for k, item in enumerate(items):
+        if placeholder in item.input_ids:
+            raise DataError(str(eval_set), f"items[{k}] ({item.id}): holds the placeholder token {placeholder} that "
+                                           "marks the cartridge's positions")  # fmt: skip
+    return cart, items
+
+
+def eval_set_workload(settings: EngineSettings, cartridge_file: Path, eval_set: Path, *, prompts: int) -> Workload:
+    """A trained cartridge and the first `prompts` questions of an eval set (each item's `input_ids` before its
+    answer, as the loss evaluation tokenized them); the next item primes the prefix cache."""
+    cart, items = checked_inputs(settings, cartridge_file, eval_set)
     if len(items) < prompts + 1:
         raise DataError(str(eval_set), f"`items`: {prompts} questions and one to prime the cache need "
                                        f"{prompts + 1} items, not {len(items)}")  # fmt: skip
     questions = []
     for i, item in enumerate(items[: prompts + 1]):
         question = item.input_ids[: item.answer_mask.index(1)] if 1 in item.answer_mask else ()
-        if not question or settings.placeholder_token_id in question:
-            raise DataError(str(eval_set), f"items[{i}] ({item.id}): no question before an answer, or it holds "
-                                           f"the placeholder token {settings.placeholder_token_id}")  # fmt: skip
+        if not question:
+            raise DataError(str(eval_set), f"items[{i}] ({item.id}): no question before an answer")
         questions.append(list(question))
     source = f"trained cartridge {cartridge_file} ({cart.num_tokens} positions), questions of {eval_set}"
     return Workload(settings, cart.num_tokens, questions[:prompts], questions[prompts], cartridge_file, source)

@@ -173,29 +173,15 @@ def score(
     scaling: str = "none", top_k: int = DEFAULT_TOP_K, seed: int = 0,
 ) -> dict[str, Any]:  # fmt: skip
     """Serve every eval item behind the cartridge in one layout and write its answer positions' scores."""
-    from types import SimpleNamespace
-
-    from qualify.cartridge.io import load_cartridge
-    from qualify.cartridge.types import ModelKVShape
-    from qualify.cartridge.validate import validate_cartridge
     from qualify.hashing import sha256_file
-    from qualify.loss.data import check_vocab, load_eval_set
     from qualify.serve.config import Mode
+    from qualify.serve.e2e import checked_inputs
     from qualify.serve.layouts import layout
 
     lay = layout(layout_name)
     if fake_quant is not None and lay.mode is not Mode.INJECT:
         raise DataError("--fake-quant", f"a fake-quantized cartridge is served by injection, not by {lay.name}")
-    config = settings.hf_config()
-    cart = load_cartridge(cartridge_file)
-    validate_cartridge(cart, ModelKVShape.from_hf_config(SimpleNamespace(**config)))
-    items = load_eval_set(eval_set).items
-    check_vocab(items, int(config["vocab_size"]), str(eval_set))
-    placeholder = settings.placeholder_token_id
-    for k, item in enumerate(items):
-        if placeholder in item.input_ids:
-            raise DataError(str(eval_set), f"items[{k}] ({item.id}): holds the placeholder token {placeholder} that "
-                                           "marks the cartridge's positions")  # fmt: skip
+    cart, items = checked_inputs(settings, cartridge_file, eval_set)
     cart_len = cart.num_tokens
 
     from vllm import SamplingParams

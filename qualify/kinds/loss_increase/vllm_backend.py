@@ -18,7 +18,6 @@ control decided on it is conservative.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile
@@ -46,22 +45,20 @@ SERVED: dict[Layout, tuple[str, str | None]] = {
 }
 # Layouts the serving path quantizes itself, and how (qualify.serve.store: FP8 cartridge V with a per-head scale).
 SERVED_SCALING: dict[Layout, Scaling] = {Layout.K16_V8: Scaling.PER_HEAD}
-_ROOT = Path(__file__).resolve().parents[3]
 
 
 def score_in_process(
     layout: str, fake_quant: str | None, *, model_dir: Path, cartridge: Path, eval_set: Path, scaling: Scaling,
     out: Path, timeout_s: float,
 ) -> dict:  # fmt: skip
-    """One layout's scores from `qualify serve-loss score` in a fresh process; QualifyError with its output."""
+    """One layout's scores from `qualify serve-loss score` in a fresh process (this environment, as the perf
+    workers run: the project installed); QualifyError with its output."""
     cmd = [sys.executable, "-m", "qualify.cli", "serve-loss", "score", "--layout", layout, "--out", str(out),
            "--model-dir", str(model_dir), "--cartridge", str(cartridge), "--eval-set", str(eval_set),
            "--scaling", scaling.value, *(["--fake-quant", fake_quant] if fake_quant else [])]  # fmt: skip
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(_ROOT), str(_ROOT / "kernels"), env.get("PYTHONPATH", "")])
     what = f"serving-path scores of {layout}{f' ({fake_quant} fake-quantized)' if fake_quant else ''}"
     try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=timeout_s, check=False)
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except subprocess.TimeoutExpired:
         raise QualifyError(f"{what}: no result within {timeout_s:.0f} s") from None
     if proc.returncode != 0:
