@@ -13,6 +13,8 @@
 #        envelope cells and gates/engine.yaml (3 processes per layout), so that its coverage table pairs every
 #        variant the engines dispatched with the cells that qualified it (ENGINE_GATES: other engine gate files,
 #        e.g. "gates/engine.yaml gates/engine_concurrency.yaml"; ENGINE_K: which of their items, default "engine-")
+#        BACKGROUND=profiles starts the profiles of the PROFILE layouts instead (step `profiles`), and
+#   bash scripts/gpu_graphs.sh collect   waits for them (COLLECT_WAIT_S) and brings back their files and table
 #   bash scripts/gpu_graphs.sh engine    wait for that run (ENGINE_WAIT_S), then the layout table and the run's
 #        files; with PROFILE="layout ...", profiles of those layouts after the run (PROFILE_ARGS, default
 #        "--batch 64"; "--batch 1 --gen 1" profiles the prefill step alone, i.e. the time to the first token). A call that ends
@@ -69,6 +71,13 @@ checks)
         -rs -p no:cacheprovider 2>&1 | tail -n 25
       echo "agreement wall ${SECONDS} s"
     fi
+    if [[ ${BACKGROUND:-engine} == profiles ]]; then
+      log "profiles of ${PROFILE:?PROFILE names the layouts}: started in the background (collected by 'collect')"
+      rm -rf "$WORK/profile"
+      setsid nohup bash scripts/gpu_graphs.sh profiles >"$WORK/profiles.log" 2>&1 &
+      echo $! >"$WORK/engine.pid"
+      exit 0
+    fi
     log "numerics envelope + engine gate: started in the background (collected by the 'engine' step)"
     rm -rf "$WORK/engine" "$WORK/engine_runs"
     QUALIFY_ENGINE_RUNS_DIR=$WORK/engine_runs setsid nohup python3 -c \
@@ -97,6 +106,25 @@ engine)
   done
   tar -C "$WORK" -czf "$OUT/engine.tar.gz" engine engine_runs engine.log engine_summary.json engine_summary.md \
     profile keys/signing-key.pub.pem 2>/dev/null
+  ;;
+profiles)
+  # Started in the background by `checks` with BACKGROUND=profiles: one engine per layout of PROFILE, every point of
+  # PROFILE_ARGS in it (scripts/profile_step.py), then one table over all of them.
+  vllm_env >/dev/null 2>&1 || exit 1
+  for lay in ${PROFILE:?}; do
+    log "profile $lay ${PROFILE_ARGS:=--batch 1 16 64 --ttft} (graph mode)"
+    # shellcheck disable=SC2086  # PROFILE_ARGS is a list of arguments
+    timeout "${PROFILE_TIMEOUT_S:-360}" python3 scripts/profile_step.py --layout "$lay" $PROFILE_ARGS \
+      --out "$WORK/profile" 2>&1 | grep -E "^(==|  host|  gpu)|Error|error"
+  done
+  python3 scripts/profile_step.py --summarize "$WORK/profile" | tee "$WORK/profile_summary.md"
+  ;;
+collect)
+  # Wait for the background profiles (COLLECT_WAIT_S), then their table; a call that ends first brings back the
+  # profiles so far.
+  wait_for "$WORK/engine.pid" "${COLLECT_WAIT_S:-560}" || echo "profiles still running"
+  tail -n 80 "$WORK/profiles.log"
+  tar -C "$WORK" -czf "$OUT/profiles.tar.gz" profile profiles.log profile_summary.md 2>/dev/null
   ;;
 *)
   echo "unknown step $step"; exit 2
