@@ -3,6 +3,11 @@
 ``plan`` validates everything that does not change between layers (page table, lengths, dtypes, head
 counts), reads the page table once on the host and builds the device-side metadata. ``run`` checks the
 per-layer tensors against the plan and launches exactly one kernel.
+
+A serving engine calls the same layers with the same cartridge and cache tensors every step, so it checks
+them once (``check_layer``, which returns a `LayerOperands`) and launches with ``run_layer``, which checks only
+what a new plan can change: the operands were checked for the same shapes and dtypes, the plan's pages lie in
+the cache, and the query rows match. This keeps Python validation off the per-layer hot path.
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from .errors import NotPlannedError, UnsupportedArchitectureError, UnsupportedLa
 from .paging import split_combined_kv
 from .workspace import DecodeWorkspace
 
-__all__ = ["CartridgeAttention", "Plan"]
+__all__ = ["CartridgeAttention", "LayerOperands", "Plan"]
 
 _LOG2E = 1.4426950408889634
 
@@ -70,6 +75,42 @@ class Plan:
     max_page_index: int
     device: torch.device
     tensors: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
+
+    @property
+    def operand_signature(self) -> tuple:
+        """What a layer's operands are checked against; equal for every plan of one engine."""
+        return (
+            self.num_qo_heads, self.num_kv_heads, self.head_dim, self.page_size, self.cartridge_len,
+            self.q_dtype, self.cartridge_v_dtype, self.live_v_dtype, self.device,
+        )  # fmt: skip
+
+
+@dataclass(frozen=True)
+class LayerOperands:
+    """One layer's tensors that stay the same from step to step, checked once by ``check_layer``.
+
+    Attributes
+    ----------
+    cartridge_k, cartridge_v : torch.Tensor
+        ``(T_c, H_kv, D)``.
+    cartridge_v_scale, live_v_scale : torch.Tensor
+        ``(H_kv,)`` float32 on the device (ones for BF16 values).
+    live_k, live_v : torch.Tensor
+        ``(num_pages, page_size, H_kv, D)`` views of the paged cache.
+    num_pages : int
+        Pages in the cache; a plan whose page numbers reach it is refused.
+    signature : tuple
+        The ``Plan.operand_signature`` they were checked against.
+    """
+
+    cartridge_k: torch.Tensor
+    cartridge_v: torch.Tensor
+    cartridge_v_scale: torch.Tensor
+    live_k: torch.Tensor
+    live_v: torch.Tensor
+    live_v_scale: torch.Tensor
+    num_pages: int
+    signature: tuple
 
 
 def _split_workspace(
@@ -657,6 +698,58 @@ class CartridgeAttention:
         if t.stride(-1) != 1:
             raise UnsupportedLayoutError(f"{name} innermost stride", "1 (head_dim contiguous)", t.stride(-1))
 
+    def check_layer(
+        self,
+        cartridge_k: torch.Tensor,
+        cartridge_v: torch.Tensor,
+        paged_kv: torch.Tensor | tuple[torch.Tensor, torch.Tensor],
+        *,
+        cartridge_v_scale: torch.Tensor | float | None = None,
+        live_v_scale: torch.Tensor | float | None = None,
+        q: torch.Tensor | None = None,
+        out: torch.Tensor | None = None,
+    ) -> LayerOperands:
+        """Check one layer's cartridge and cache tensors against the current plan, once.
+
+        The result serves every later plan with the same ``Plan.operand_signature`` (:meth:`run_layer`).
+        Arguments are as for :meth:`run`; ``q`` and ``out``, when given, are the engine's query and output
+        buffers, checked for head count, head dim, dtype and device (their row count changes per step).
+        """
+        p = self.plan_info
+        dev = p.device
+        for name, t in (("q", q), ("out", out)):
+            if t is not None:
+                rows = t.shape[0] if t.dim() == 3 else -1
+                self._check_tensor(name, t, (rows, p.num_qo_heads, p.head_dim), p.q_dtype, dev)
+        if isinstance(paged_kv, torch.Tensor):
+            live_k, live_v = split_combined_kv(paged_kv)
+        else:
+            if len(paged_kv) != 2:
+                raise UnsupportedLayoutError(
+                    "paged_kv", "(k_pages, v_pages) or a 5-D combined tensor", f"{len(paged_kv)} items"
+                )
+            live_k, live_v = paged_kv
+        h_kv, d, t_c, ps = p.num_kv_heads, p.head_dim, p.cartridge_len, p.page_size
+        self._check_tensor("cartridge K", cartridge_k, (t_c, h_kv, d), p.q_dtype, dev)
+        self._check_tensor("cartridge V", cartridge_v, (t_c, h_kv, d), p.cartridge_v_dtype, dev)
+        if live_k.dim() != 4:
+            raise UnsupportedLayoutError("live K pages", "4-D (num_pages, page_size, H_kv, D) NHD", tuple(live_k.shape))
+        n_pages = int(live_k.shape[0])
+        self._check_tensor("live K pages", live_k, (n_pages, ps, h_kv, d), p.q_dtype, dev)
+        self._check_tensor("live V pages", live_v, (n_pages, ps, h_kv, d), p.live_v_dtype, dev)
+        return LayerOperands(
+            cartridge_k=cartridge_k,
+            cartridge_v=cartridge_v,
+            cartridge_v_scale=self._scale(
+                "cartridge_v_scale", cartridge_v_scale, p.cartridge_v_dtype == K.FP8_DTYPE, h_kv, dev
+            ),
+            live_k=live_k,
+            live_v=live_v,
+            live_v_scale=self._scale("live_v_scale", live_v_scale, p.live_v_dtype == K.FP8_DTYPE, h_kv, dev),
+            num_pages=n_pages,
+            signature=p.operand_signature,
+        )
+
     def run(
         self,
         q: torch.Tensor,
@@ -692,41 +785,42 @@ class CartridgeAttention:
             ``out``, ``(total_q, H_q, D)``.
         """
         p = self.plan_info
-        dev = p.device
-        if isinstance(paged_kv, torch.Tensor):
-            live_k, live_v = split_combined_kv(paged_kv)
-        else:
-            if len(paged_kv) != 2:
-                raise UnsupportedLayoutError(
-                    "paged_kv", "(k_pages, v_pages) or a 5-D combined tensor", f"{len(paged_kv)} items"
-                )
-            live_k, live_v = paged_kv
-        h_q, h_kv, d, t_c, ps = p.num_qo_heads, p.num_kv_heads, p.head_dim, p.cartridge_len, p.page_size
-        self._check_tensor("q", q, (p.total_q, h_q, d), p.q_dtype, dev)
-        self._check_tensor("cartridge K", cartridge_k, (t_c, h_kv, d), p.q_dtype, dev)
-        self._check_tensor("cartridge V", cartridge_v, (t_c, h_kv, d), p.cartridge_v_dtype, dev)
-        if live_k.dim() != 4:
-            raise UnsupportedLayoutError("live K pages", "4-D (num_pages, page_size, H_kv, D) NHD", tuple(live_k.shape))
-        n_pages = live_k.shape[0]
-        self._check_tensor("live K pages", live_k, (n_pages, ps, h_kv, d), p.q_dtype, dev)
-        self._check_tensor("live V pages", live_v, (n_pages, ps, h_kv, d), p.live_v_dtype, dev)
-        if p.max_page_index >= n_pages:
-            raise UnsupportedLayoutError("kv_indices", f"page numbers < num_pages = {n_pages}", p.max_page_index)
-        cv_scale = self._scale("cartridge_v_scale", cartridge_v_scale, p.cartridge_v_dtype == K.FP8_DTYPE, h_kv, dev)
-        lv_scale = self._scale("live_v_scale", live_v_scale, p.live_v_dtype == K.FP8_DTYPE, h_kv, dev)
+        self._check_tensor("q", q, (p.total_q, p.num_qo_heads, p.head_dim), p.q_dtype, p.device)
+        layer = self.check_layer(
+            cartridge_k, cartridge_v, paged_kv, cartridge_v_scale=cartridge_v_scale, live_v_scale=live_v_scale
+        )
         if out is None:
-            out = torch.empty((p.total_q, h_q, d), dtype=p.q_dtype, device=dev)
+            out = torch.empty((p.total_q, p.num_qo_heads, p.head_dim), dtype=p.q_dtype, device=p.device)
         else:
-            self._check_tensor("out", out, (p.total_q, h_q, d), p.q_dtype, dev)
+            self._check_tensor("out", out, (p.total_q, p.num_qo_heads, p.head_dim), p.q_dtype, p.device)
+        return self.run_layer(q, layer, out)
+
+    def run_layer(self, q: torch.Tensor, layer: LayerOperands, out: torch.Tensor) -> torch.Tensor:
+        """Launch the fused kernel once over operands that :meth:`check_layer` checked.
+
+        ``q`` and ``out`` are ``(total_q, H_q, D)`` views of the engine's own buffers, in the layout and dtype
+        of the query the operands were checked with (a serving engine's are fixed for its lifetime); only their
+        row count is checked here, with what a new plan can change.
+        """
+        p = self.plan_info
+        if layer.signature != p.operand_signature:
+            raise UnsupportedLayoutError("layer operands", f"checked for {p.operand_signature}", layer.signature)
+        if p.max_page_index >= layer.num_pages:
+            want = f"page numbers < num_pages = {layer.num_pages}"
+            raise UnsupportedLayoutError("kv_indices", want, p.max_page_index)
+        if q.shape[0] != p.total_q or out.shape[0] != p.total_q:
+            raise UnsupportedLayoutError("q / out rows", str(p.total_q), (q.shape[0], out.shape[0]))
+        h_q, h_kv, d, ps = p.num_qo_heads, p.num_kv_heads, p.head_dim, p.page_size
         cfg = p.config
         t = p.tensors
+        ck, cv, live_k, live_v = layer.cartridge_k, layer.cartridge_v, layer.live_k, layer.live_v
         self.last_compiled = K.cartridge_attn_kernel[p.grid](
-            q, out, cartridge_k, cartridge_v, cv_scale, live_k, live_v, lv_scale,
+            q, out, ck, cv, layer.cartridge_v_scale, live_k, live_v, layer.live_v_scale,
             t["qo_indptr"], t["kv_indptr"], t["kv_indices"], t["kv_len"], t["tile_req"], t["tile_row"],
             t["split_o"], t["split_ml"], t["split_count"],
-            p.batch, t_c, p.sm_scale * _LOG2E,
+            p.batch, p.cartridge_len, p.sm_scale * _LOG2E,
             q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-            cartridge_k.stride(0), cartridge_k.stride(1), cartridge_v.stride(0), cartridge_v.stride(1),
+            ck.stride(0), ck.stride(1), cv.stride(0), cv.stride(1),
             live_k.stride(0), live_k.stride(1), live_k.stride(2),
             live_v.stride(0), live_v.stride(1), live_v.stride(2),
             GROUP=h_q // h_kv, HEAD_DIM=d, PAGE=ps,

@@ -17,6 +17,10 @@ The paged cache keeps vLLM's FlashAttention layout, logical ``(blocks, H_kv, blo
 first D elements of the last dim, V in the next W. With BF16 live V, W = D; with FP8 live V (K16/V8 pages,
 `CartridgeAttentionBackendLiveV8`), W = D / 2: the V part holds D FP8 bytes, a page is 3/4 of a BF16 one and the
 cache holds 4/3 of the tokens (`live_pages` gives each attention layer that backend and the matching cache spec).
+
+vLLM runs attention outside the CUDA graphs in a piecewise (prefill or mixed) step, so its host cost per layer
+counts there. The impl (one per layer) checks its layer's cache views, cartridge and scales once and keeps them
+(`_BoundLayer`); a step then checks only what its plan can change.
 """
 
 from __future__ import annotations
@@ -25,8 +29,8 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
-from cartridge_attn import CartridgeAttention, DecodeWorkspace
-from cartridge_attn.cache_write import write_live_kv
+from cartridge_attn import CartridgeAttention, DecodeWorkspace, LayerOperands
+from cartridge_attn.cache_write import LivePages, check_live_pages
 from cartridge_attn.dispatch import specialization_of
 from vllm.v1.attention.backend import (
     AttentionBackend,
@@ -151,6 +155,15 @@ def _max_full_graph_batch(vllm_config: Any) -> int:
     return int(cc.max_cudagraph_capture_size or 0)
 
 
+@dataclass(frozen=True)
+class _BoundLayer:
+    """One layer's checked operands, valid while the paged cache stays at ``cache_ptr``."""
+
+    cache_ptr: int
+    pages: LivePages
+    operands: LayerOperands
+
+
 class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
     def __init__(
         self,
@@ -182,14 +195,39 @@ class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
         self.scale = float(scale)
         self.num_kv_heads = num_kv_heads or num_heads
         self.kv_cache_dtype = kv_cache_dtype
-        self._v_scale: dict[str, torch.Tensor] = {}
+        self._bound: _BoundLayer | None = None
 
-    def _live_v_scale(self, layer: Any, device: torch.device) -> torch.Tensor:
-        name = layer.layer_name
-        if name not in self._v_scale:
-            value = float(getattr(layer, "_v_scale_float", 1.0))
-            self._v_scale[name] = torch.full((self.num_kv_heads,), value, dtype=torch.float32, device=device)
-        return self._v_scale[name]
+    def _bind(
+        self,
+        layer: Any,
+        step: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+        kv_cache: torch.Tensor,
+        md: CartridgeMetadata,
+    ) -> _BoundLayer:
+        query, key, value, output = step
+        d = self.head_size
+        pages = kv_cache.transpose(1, 2)  # (blocks, block, H_kv, 2 * D), any physical order
+        k_pages = pages[..., :d]
+        v_pages = pages[..., d:]
+        v_scale = None
+        if md.live_v_fp8:
+            v_pages = v_pages.view(FP8)[..., :d]
+            value_scale = float(getattr(layer, "_v_scale_float", 1.0))
+            v_scale = torch.full((self.num_kv_heads,), value_scale, dtype=torch.float32, device=kv_cache.device)
+        cart = md.cartridge[layer.layer_name]
+        return _BoundLayer(
+            cache_ptr=kv_cache.data_ptr(),
+            pages=check_live_pages(key, value, k_pages, v_pages, md.slot_mapping, v_scale),
+            operands=md.attn.check_layer(
+                cart.k,
+                cart.v,
+                (k_pages, v_pages),
+                cartridge_v_scale=cart.v_scale,
+                live_v_scale=v_scale,
+                q=query,
+                out=output,
+            ),
+        )
 
     def forward(
         self,
@@ -209,25 +247,11 @@ class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
             return output.fill_(0)
         md = attn_metadata
         n = md.num_rows
-        d = self.head_size
-        pages = kv_cache.transpose(1, 2)  # (blocks, block, H_kv, 2 * D), any physical order
-        k_pages = pages[..., :d]
-        v_pages = pages[..., d:]
-        v_scale = None
-        if md.live_v_fp8:
-            v_pages = v_pages.view(FP8)[..., :d]
-            v_scale = self._live_v_scale(layer, kv_cache.device)
-        write_live_kv(key, value, k_pages, v_pages, md.slot_mapping[:n], v_scale)
-        cart = md.cartridge[layer.layer_name]
-        md.attn.run(
-            query[:n],
-            cart.k,
-            cart.v,
-            (k_pages, v_pages),
-            cartridge_v_scale=cart.v_scale,
-            live_v_scale=v_scale,
-            out=output[:n],
-        )
+        bound = self._bound
+        if bound is None or bound.cache_ptr != kv_cache.data_ptr():
+            bound = self._bound = self._bind(layer, (query, key, value, output), kv_cache, md)
+        bound.pages.write(key, value, md.slot_mapping[:n])
+        md.attn.run_layer(query[:n], bound.operands, output[:n])
         return output
 
 
