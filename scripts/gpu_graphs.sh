@@ -15,6 +15,8 @@
 #        e.g. "gates/engine.yaml gates/engine_concurrency.yaml"; ENGINE_K: which of their items, default "engine-")
 #        BACKGROUND=profiles starts the profiles of the PROFILE layouts instead (step `profiles`), and
 #   bash scripts/gpu_graphs.sh collect   waits for them (COLLECT_WAIT_S) and brings back their files and table
+#   bash scripts/gpu_graphs.sh hotpath   (after stage 1, 2; carry .vllm/3 ... and REF_DIR) the once-checked hot path
+#        on the GPU: glue, kernel tests, host cost per layer, one agreement run against earlier records
 #   bash scripts/gpu_graphs.sh engine    wait for that run (ENGINE_WAIT_S), then the layout table and the run's
 #        files; with PROFILE="layout ...", profiles of those layouts after the run (PROFILE_ARGS, default
 #        "--batch 64"; "--batch 1 --gen 1" profiles the prefill step alone, i.e. the time to the first token). A call that ends
@@ -125,6 +127,33 @@ collect)
   wait_for "$WORK/engine.pid" "${COLLECT_WAIT_S:-560}" || echo "profiles still running"
   tail -n 80 "$WORK/profiles.log"
   tar -C "$WORK" -czf "$OUT/profiles.tar.gz" profile profiles.log profile_summary.md 2>/dev/null
+  ;;
+hotpath)
+  # After `stage 1`, `stage 2` (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh and REF_DIR): the
+  # backend's once-checked hot path on the GPU: the glue check and the kernel's CUDA-graph replay, the layer-operand
+  # and cache-write tests compiled, the host cost per layer of both paths (scripts/host_overhead.py), and one graph-
+  # mode agreement run of the K16/V8 live-page layout compared with the prefix-cached reference and with the same
+  # layout's record from before the change (REF_DIR: records of an earlier `checks` call).
+  {
+    bash .vllm/stage.sh 3 || exit 1
+    vllm_env >/dev/null || exit 1
+    log "glue check and CUDA-graph replay (compiled kernel)"
+    timeout 200 python3 -m pytest -q -rs -p no:cacheprovider tests/serve/test_vllm_glue.py \
+      tests/kernels/test_serving_paths_gpu.py -k "glue or cuda_graph" 2>&1 | tail -n 6
+    log "layer operands and cache writes (compiled kernel)"
+    timeout 200 python3 -m pytest -q -rs -p no:cacheprovider tests/kernels/test_layer_operands.py \
+      tests/kernels/test_cache_write.py 2>&1 | tail -n 6
+    log "host cost per layer: prefill of 64 tokens, then a one-token decode"
+    timeout 90 python3 scripts/host_overhead.py --out "$OUT/host_overhead_q64.json"
+    timeout 60 python3 scripts/host_overhead.py --queries 1 --out "$OUT/host_overhead_q1.json"
+    log "agreement in graph mode: shared-k16v8-live-fp8"
+    lay=shared-k16v8-live-fp8
+    timeout 200 python3 -m qualify.cli serve-agreement generate --layout $lay --out "$OUT/$lay.json" 2>&1 | tail -n 3
+    qualify serve-agreement compare "${REF_DIR:?}/bf16-prefix-cached.json" "$OUT/$lay.json" --logprob-tolerance 0.1 |
+      tail -n 4
+    log "against the same layout before the change (token identity, exact)"
+    qualify serve-agreement compare "$REF_DIR/$lay.json" "$OUT/$lay.json" --tie-eps 0 | tail -n 4
+  } 2>&1 | tee "$OUT/hotpath.log"
   ;;
 *)
   echo "unknown step $step"; exit 2
