@@ -149,10 +149,15 @@ hotpath)
     log "agreement in graph mode: shared-k16v8-live-fp8"
     lay=shared-k16v8-live-fp8
     timeout 200 python3 -m qualify.cli serve-agreement generate --layout $lay --out "$OUT/$lay.json" 2>&1 | tail -n 3
-    qualify serve-agreement compare "${REF_DIR:?}/bf16-prefix-cached.json" "$OUT/$lay.json" --logprob-tolerance 0.1 |
-      tail -n 4
+    brief='import json, sys; d = json.load(open(sys.argv[1])); t, lp = d["token_identity"], d["logprobs"]
+print("passed", d["passed"], "tokens compared", t["compared_tokens"], "log-prob diff mean", lp["mean_abs_diff"],
+      "max", lp["max_abs_diff"])'
+    qualify serve-agreement compare "${REF_DIR:?}/bf16-prefix-cached.json" "$OUT/$lay.json" --logprob-tolerance 0.1 \
+      >"$OUT/compare-reference.json"
+    python3 -c "$brief" "$OUT/compare-reference.json"
     log "against the same layout before the change (token identity, exact)"
-    qualify serve-agreement compare "$REF_DIR/$lay.json" "$OUT/$lay.json" --tie-eps 0 | tail -n 4
+    qualify serve-agreement compare "$REF_DIR/$lay.json" "$OUT/$lay.json" --tie-eps 0 >"$OUT/compare-before.json"
+    python3 -c "$brief" "$OUT/compare-before.json"
   } 2>&1 | tee "$OUT/hotpath.log"
   ;;
 *)
