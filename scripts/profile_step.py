@@ -18,6 +18,7 @@ with each other, not with the unprofiled timings. ``--summarize`` prints one tab
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import random
 import re
@@ -86,6 +87,9 @@ def profile_layout(args: argparse.Namespace, points: list[tuple[int, int]]) -> N
         cart = write_random_cartridge(Path(tmp) / "c.safetensors", settings, args.cartridge_len, 7)
         llm = build_llm(lay, cart, args.cartridge_len, settings, seed=7)
         for batch, gen in points:
+            # The previous point's profiler events are garbage in reference cycles: collected here, not by a full
+            # collection inside this point's timed batches (seen on the H200: 250-300 ms pauses in one batch).
+            gc.collect()
             summary = profile_point(llm, lambda b=batch: prompts(b), batch, gen, layers)
             summary.update(layout=lay.name, mode="eager" if args.eager else "CUDA graphs")
             name = f"{lay.name}-b{batch}-g{gen}{'-eager' if args.eager else ''}"

@@ -39,6 +39,7 @@ from qualify.serve.engine import (
     startup_phases,
     write_random_cartridge,
 )
+from qualify.serve.host_speed import probe_host_speed
 from qualify.serve.layouts import ServingLayout
 from qualify.serve.layouts import layout as get_layout
 from qualify.serve.settings import EngineSettings
@@ -191,10 +192,12 @@ def measure(request: WorkRequest) -> WorkResult:
 
                 for _ in range(timing.warmups):
                     run_batch(llm, prompts(), gen)
-                runs, cached = [], []
+                runs, cached, hosts = [], [], []
                 for _ in range(timing.repetitions):
                     seen = len(cartridge_positions(log))
-                    runs.append(run_batch(llm, prompts(), gen))
+                    batch_prompts = prompts()
+                    hosts.append(probe_host_speed())  # outside the timed wall
+                    runs.append(run_batch(llm, batch_prompts, gen))
                     hits = cartridge_positions(log)[seen:]
                     check_cartridge_shared(lay, batch, hits, shared_once)
                     cached.append(min(hits) if hits else 0)
@@ -207,6 +210,9 @@ def measure(request: WorkRequest) -> WorkResult:
                     # the Python collector's pauses inside each timed batch (the engine core runs in this process)
                     "gc_pause_ms": [r.gc.pause_s * 1e3 for r in runs],
                     "gc_full_collections": [r.gc.collections[2] for r in runs],
+                    # the host's speed just before each timed batch (qualify.serve.host_speed) and the CPU it ran on
+                    "host_probe_us": [h.probe_us for h in hosts],
+                    "host_cpu": [h.cpu for h in hosts],
                     "prompt_tokens_per_request": (shape.cartridge_len if lay.mode is Mode.INJECT else 0) + suffix,
                     # per repetition, the least of its requests: cartridge positions from vLLM's prefix cache
                     "cartridge_positions_cached": cached,
