@@ -9,6 +9,8 @@ KV capacity, the tokens a request holds, the requests that fit and the admitted 
 ratio against each reference (the prefix-cached BF16 and FP8 layouts, else per-request injection) with a 95 %
 CI: a Welch t interval over the processes' medians where both sides ran 2 or more processes
 (`qualify.stats.ratio.process_t_median_ratio_ci`), the bootstrap over repetitions otherwise (said in the row).
+Where the runs recorded it, each process's median host-speed probe (`qualify.serve.host_speed`) and TTFT p50,
+so that a slow process is seen as the host's and not the layout's.
 """
 
 from __future__ import annotations
@@ -93,6 +95,7 @@ def summarize(runs: dict[str, list[WorkResult]]) -> list[dict[str, Any]]:
                 "device_memory_used_gib": round(rs[0].gpu.get("device_memory_used_bytes", 0) / 1024**3, 1),
                 "engine_startup_s": [round(float(r.gpu.get("engine_startup_s", 0.0)), 1) for r in rs],
                 "repetitions": sum(len(g) for g in tok),
+                "per_process": [_process_facts(c) for c in cells],
             }
             for ref in refs:
                 if ref != name:
@@ -100,6 +103,23 @@ def summarize(runs: dict[str, list[WorkResult]]) -> list[dict[str, Any]]:
                     row[f"ttft_p50_vs_{ref}"] = _delta(ttft, _groups(runs[ref], "ttft_p50_ms", batch, suffix))
             rows.append(row)
     return rows
+
+
+def _process_facts(cell: Any) -> dict[str, float | None]:
+    """One process's median TTFT p50 and host-speed probe at this point (None where it recorded no probe)."""
+    probes = cell.detail.get("host_probe_us")
+    return {
+        "ttft_p50_ms": statistics.median(cell.detail["ttft_p50_ms"]),
+        "host_probe_us": statistics.median(probes) if probes else None,
+    }
+
+
+def _per_process(r: dict[str, Any]) -> str:
+    parts = []
+    for p in r.get("per_process", []):
+        host = "-" if p["host_probe_us"] is None else f"{p['host_probe_us']:.0f}"
+        parts.append(f"{p['ttft_p50_ms']:.1f}/{host}")
+    return " ".join(parts) or "-"
 
 
 def _pct(d: dict[str, Any] | None) -> str:
@@ -114,13 +134,14 @@ def render(rows: list[dict[str, Any]]) -> str:
     head = ["batch", "layout", "processes", "tok/s", "req/s", "TTFT p50 ms", "TTFT p95 ms"]
     head += [f"{m} vs {ref}" for ref in refs for m in ("tok/s", "TTFT p50")]
     head += ["KV capacity (tokens)", "KV tokens / request", "requests that fit", "admitted"]
+    head += ["per process: TTFT p50 ms / host probe us"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         deltas = [_pct(r.get(f"{m}_vs_{ref}")) for ref in refs for m in ("tok_s", "ttft_p50")]
         cells = [
             r["batch"], r["layout"], r["processes"], f"{r['output_tok_s']:.1f}", f"{r['requests_s']:.2f}",
             f"{r['ttft_p50_ms']:.1f}", f"{r['ttft_p95_ms']:.1f}", *deltas, r["kv_capacity_tokens"],
-            r["kv_tokens_per_request"], r["requests_that_fit"], r["admitted_concurrency"],
+            r["kv_tokens_per_request"], r["requests_that_fit"], r["admitted_concurrency"], _per_process(r),
         ]  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)

@@ -190,3 +190,35 @@ def test_summary_ci_falls_back_to_the_bootstrap_with_one_process(fake_vllm, tmp_
 
 def test_engine_set_lists_every_serving_layout() -> None:
     assert default_implementations().get_set("engine").names() == list(LAYOUTS)
+
+
+def test_host_speed_is_probed_before_each_timed_batch_and_shown_per_process(fake_vllm, monkeypatch, tmp_path) -> None:
+    from qualify.serve.host_speed import HostSpeed
+
+    rng = random.Random()
+    probes: list[HostSpeed] = []
+    real_run = engine_set.run_batch
+    order: list[str] = []
+
+    def probe() -> HostSpeed:
+        order.append("probe")
+        probes.append(HostSpeed(probe_us=rng.uniform(500, 3000), cpu=rng.randrange(16), allowed_cpus=16))
+        return probes[-1]
+
+    def run(llm, prompts, max_tokens):
+        order.append("batch")
+        return real_run(llm, prompts, max_tokens)
+
+    monkeypatch.setattr(engine_set, "probe_host_speed", probe)
+    monkeypatch.setattr(engine_set, "run_batch", run)
+    result = engine_set.measure(_request("shared-k16v8", process=1))
+    # Per batch size: 2 warm-ups unprobed, then a probe right before each of the 4 timed batches.
+    assert order == (["batch"] * 2 + ["probe", "batch"] * 4) * 2
+    cells = [result.cell("output_tokens_per_s", b, 5) for b in (1, 4)]
+    assert [x for c in cells for x in c.detail["host_probe_us"]] == [p.probe_us for p in probes]
+    assert [x for c in cells for x in c.detail["host_cpu"]] == [p.cpu for p in probes]
+    rows = engine_summary.summarize(engine_summary.load_runs(tmp_path / "runs"))
+    row = next(r for r in rows if r["batch"] == 4)
+    want = sorted(p.probe_us for p in probes[4:])[1:3]
+    assert row["per_process"][0]["host_probe_us"] == pytest.approx(sum(want) / 2)
+    assert f"/{sum(want) / 2:.0f}" in engine_summary.render(rows)
