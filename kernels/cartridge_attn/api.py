@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 import torch
@@ -76,7 +77,7 @@ class Plan:
     device: torch.device
     tensors: dict[str, torch.Tensor] = field(repr=False, default_factory=dict)
 
-    @property
+    @cached_property
     def operand_signature(self) -> tuple:
         """What a layer's operands are checked against; equal for every plan of one engine."""
         return (

@@ -84,6 +84,13 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
                 f"token and head; live_value_dtype {cfg.live_value_dtype} needs {want_v} (the Cartridge* models set "
                 "the pages up; was the architecture overridden?)"
             )
+        # A new builder comes with a new KV cache (vLLM's memory profiling first builds a throwaway one): the
+        # layers' bindings go now, so that the old cache's memory is not held until their next step.
+        layers_by_name = getattr(vllm_config.compilation_config, "static_forward_context", None) or {}
+        for name in layer_names:
+            impl = getattr(layers_by_name.get(name), "impl", None)
+            if isinstance(impl, CartridgeAttentionImpl):
+                impl.release_binding()
         self.dispatch_log = DispatchLog()
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.max_graph_batch = _max_full_graph_batch(vllm_config)
@@ -157,11 +164,16 @@ def _max_full_graph_batch(vllm_config: Any) -> int:
 
 @dataclass(frozen=True)
 class _BoundLayer:
-    """One layer's checked operands, valid while the paged cache stays at ``cache_ptr``."""
+    """One layer's checked operands, valid while the paged cache is the tensor of ``cache_key``."""
 
-    cache_ptr: int
+    cache_key: tuple
     pages: LivePages
     operands: LayerOperands
+
+
+def _cache_key(kv_cache: torch.Tensor) -> tuple:
+    # The address alone could come back for another cache of another block count once a freed one is reused.
+    return (kv_cache.data_ptr(), tuple(kv_cache.shape), kv_cache.stride())
 
 
 class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
@@ -197,6 +209,10 @@ class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
         self.kv_cache_dtype = kv_cache_dtype
         self._bound: _BoundLayer | None = None
 
+    def release_binding(self) -> None:
+        """Forget the checked operands (and so the views of the cache they hold); the next step checks again."""
+        self._bound = None
+
     def _bind(
         self,
         layer: Any,
@@ -216,7 +232,7 @@ class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
             v_scale = torch.full((self.num_kv_heads,), value_scale, dtype=torch.float32, device=kv_cache.device)
         cart = md.cartridge[layer.layer_name]
         return _BoundLayer(
-            cache_ptr=kv_cache.data_ptr(),
+            cache_key=_cache_key(kv_cache),
             pages=check_live_pages(key, value, k_pages, v_pages, md.slot_mapping, v_scale),
             operands=md.attn.check_layer(
                 cart.k,
@@ -248,7 +264,7 @@ class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
         md = attn_metadata
         n = md.num_rows
         bound = self._bound
-        if bound is None or bound.cache_ptr != kv_cache.data_ptr():
+        if bound is None or bound.cache_key != _cache_key(kv_cache):
             bound = self._bound = self._bind(layer, (query, key, value, output), kv_cache, md)
         bound.pages.write(key, value, md.slot_mapping[:n])
         md.attn.run_layer(query[:n], bound.operands, output[:n])

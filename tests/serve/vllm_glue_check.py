@@ -104,7 +104,9 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device
         fail(f"a cache spec with live V of {wrong.head_size_v} elements must be refused for {live_v} live V")
     except QualifyError:
         pass
-    impl = CartridgeAttentionImpl(H_Q, D, 1 / math.sqrt(D), H_KV)
+    # One impl per layer, as vLLM makes them: each checks its layer's operands once and reuses them every step.
+    impls = [CartridgeAttentionImpl(H_Q, D, 1 / math.sqrt(D), H_KV) for _ in NAMES]
+    bindings: list = []
     n_blocks = 12
     width = D + spec.head_size_v
     shape = CartridgeAttentionBackendLiveV8 if live_v == "fp8_e4m3" else CartridgeAttentionBackend
@@ -161,7 +163,11 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device
             v = v.bfloat16()
             out = torch.full((n + pad + 2, H_Q, D), float("nan"), dtype=torch.bfloat16, device=dev)
             layer = SimpleNamespace(layer_name=name, _v_scale_float=0.5)
-            impl.forward(layer, q.to(dev), k.to(dev), v.to(dev), kv[li], md, out)
+            impls[li].forward(layer, q.to(dev), k.to(dev), v.to(dev), kv[li], md, out)
+            if len(bindings) < len(NAMES):
+                bindings.append(impls[li]._bound)
+            elif impls[li]._bound is not bindings[li]:
+                fail(f"layer {li} checked its operands again on an unchanged cache (step {q_lens}+{pad} padding)")
             row = 0
             for b, ql in enumerate(q_lens):
                 live_k[li][b].append(k[row : row + ql].float())
@@ -192,7 +198,14 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device
                 fail("a padding request's row was not written (its graph replay would leave garbage)")
             if not torch.isnan(out[n + pad :]).all():
                 fail("rows beyond the scheduled tokens and padding requests were written")
-    print(f"shared ({live_v} live V): prefill, decode and padded decode match the fp32 reference")
+    # A new builder (vLLM builds one per KV cache, the memory profiler's throwaway cache first) drops the layers'
+    # bindings, so that the old cache is not held; the next step binds the layer's new cache.
+    cfg.compilation_config.static_forward_context = {n: SimpleNamespace(impl=impls[i]) for i, n in enumerate(NAMES)}
+    CartridgeMetadataBuilder(spec, NAMES, cfg, dev)
+    if any(impl._bound is not None for impl in impls):
+        fail("a new metadata builder left the layers bound to the previous KV cache")
+    print(f"shared ({live_v} live V): prefill, decode and padded decode match the fp32 reference; operands checked "
+          "once per layer and released with the builder")  # fmt: skip
 
 
 def check_live_pages(dev: torch.device) -> None:
