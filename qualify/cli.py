@@ -304,7 +304,8 @@ def cmd_serve_agreement(args: argparse.Namespace) -> int:
         except QualifyError as exc:
             print(exc.diagnostics(), file=sys.stderr)
             return EXIT_USAGE
-        e2e.generate(args.layout, args.out, workload, max_tokens=args.max_tokens, seed=args.seed, eager=args.eager)
+        e2e.generate(args.layout, args.out, workload, max_tokens=args.max_tokens, seed=args.seed, eager=args.eager,
+                     kernel_launch=args.kernel_launch)  # fmt: skip
         return EXIT_OK
     return e2e.compare_command(
         args.reference, args.candidate, tie_eps=args.tie_eps, logprob_tolerance=args.logprob_tolerance
@@ -422,6 +423,8 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     gen.add_argument("--cartridge-len", type=int, default=632)
     gen.add_argument("--seed", type=int, default=1234)
     gen.add_argument("--eager", action="store_true", help="eager mode (default: torch.compile with CUDA graphs)")
+    gen.add_argument("--kernel-launch", choices=["triton", "direct"], default="triton",
+                     help="shared layouts: how the fused backend launches (ServingConfig.kernel_launch)")  # fmt: skip
     gen.add_argument("--model-dir", help="a real model's Hugging Face folder (relative: under the repository root; "
                      "default: the seeded small Qwen3, random questions of --question-len, a random cartridge of "
                      "--cartridge-len; with it the eval set's questions and the cartridge's own length)")  # fmt: skip

@@ -16,7 +16,8 @@
 #        BACKGROUND=profiles starts the profiles of the PROFILE layouts instead (step `profiles`), and
 #   bash scripts/gpu_graphs.sh collect   waits for them (COLLECT_WAIT_S) and brings back their files and table
 #   bash scripts/gpu_graphs.sh hotpath   (after stage 1, 2; carry .vllm/3 ... and REF_DIR) the once-checked hot path
-#        on the GPU: glue, kernel tests, host cost per layer, one agreement run against earlier records
+#        on the GPU: glue, kernel tests, host cost per layer, one agreement run against earlier records, and (DIRECT=1,
+#        the default) the same run with direct launches against it
 #   bash scripts/gpu_graphs.sh engine    wait for that run (ENGINE_WAIT_S), then the layout table and the run's
 #        files; with PROFILE="layout ...", profiles of those layouts after the run (PROFILE_ARGS, default
 #        "--batch 64"; "--batch 1 --gen 1" profiles the prefill step alone, i.e. the time to the first token). A call that ends
@@ -142,7 +143,7 @@ hotpath)
       tests/kernels/test_serving_paths_gpu.py -k "glue or cuda_graph" 2>&1 | tail -n 6
     log "layer operands and cache writes (compiled kernel)"
     timeout 200 python3 -m pytest -q -rs -p no:cacheprovider tests/kernels/test_layer_operands.py \
-      tests/kernels/test_cache_write.py 2>&1 | tail -n 6
+      tests/kernels/test_cache_write.py tests/kernels/test_direct_launch.py 2>&1 | tail -n 6
     log "host cost per layer: prefill of 64 tokens, then a one-token decode"
     timeout 90 python3 scripts/host_overhead.py --out "$OUT/host_overhead_q64.json"
     timeout 60 python3 scripts/host_overhead.py --queries 1 --out "$OUT/host_overhead_q1.json"
@@ -158,6 +159,13 @@ print("passed", d["passed"], "tokens compared", t["compared_tokens"], "log-prob 
     log "against the same layout before the change (token identity, exact)"
     qualify serve-agreement compare "$REF_DIR/$lay.json" "$OUT/$lay.json" --tie-eps 0 >"$OUT/compare-before.json"
     python3 -c "$brief" "$OUT/compare-before.json"
+    if [[ ${DIRECT:-1} == 1 ]]; then
+      log "the same layout with direct launches (cartridge_attn.launch), against the JIT-launched record (exact)"
+      timeout 200 python3 -m qualify.cli serve-agreement generate --layout $lay --kernel-launch direct \
+        --out "$OUT/$lay-direct.json" 2>&1 | tail -n 3
+      qualify serve-agreement compare "$OUT/$lay.json" "$OUT/$lay-direct.json" --tie-eps 0 >"$OUT/compare-direct.json"
+      python3 -c "$brief" "$OUT/compare-direct.json"
+    fi
   } 2>&1 | tee "$OUT/hotpath.log"
   ;;
 *)

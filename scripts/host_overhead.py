@@ -1,13 +1,14 @@
 """Host time per layer of the shared path's attention in a piecewise (eager) step: the fully checked calls
 (`write_live_kv` + `CartridgeAttention.run`) against the serving hot path (`LivePages.write` + `run_layer` over
-operands checked once), in one process so that both see the same host.
+operands checked once), through Triton's JIT launch and through the compiled kernels' own launchers
+(`direct_launch`, cartridge_attn.launch), in one process so that all see the same host.
 
     python scripts/host_overhead.py [--layers 36] [--steps 30] [--queries 64] [--out FILE.json]
 
 Qwen3-8B attention (32 query / 8 KV heads, head_dim 128), 8-token pages, a 632-position K16/V8 cartridge, one
 request of ``--queries`` new tokens (a batch-1 prefill, the step behind the time to the first token). Each step
 launches every layer back to back without synchronizing (as vLLM does) and the host time of the launches is
-taken per layer; the medians over steps are printed, and the outputs of both paths are compared bit for bit.
+taken per layer; the medians over steps are printed, and the outputs of every path are compared bit for bit.
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ def main() -> int:
     out = torch.empty_like(pr.q)
     pages = check_live_pages(key, value, pr.live_k, pr.live_v, slots)
     layer = attn.check_layer(pr.cartridge_k, pr.cartridge_v, pr.paged_kv, q=pr.q, out=out, **pr.run_kwargs())
+    direct_pages = check_live_pages(key, value, pr.live_k, pr.live_v, slots, direct_launch=True)
+    direct_layer = attn.check_layer(
+        pr.cartridge_k, pr.cartridge_v, pr.paged_kv, q=pr.q, out=out, direct_launch=True, **pr.run_kwargs()
+    )
 
     def checked() -> None:
         write_live_kv(key, value, pr.live_k, pr.live_v, slots)
@@ -57,9 +62,14 @@ def main() -> int:
         pages.write(key, value, slots)
         attn.run_layer(pr.q, layer, out)
 
+    def direct() -> None:
+        direct_pages.write(key, value, slots)
+        attn.run_layer(pr.q, direct_layer, out)
+
     results = {}
     outputs = {}
-    for name, fn in (("checked", checked), ("hot", hot), ("checked again", checked)):
+    paths = (("checked", checked), ("hot", hot), ("direct", direct), ("checked again", checked))
+    for name, fn in paths:
         fn()
         sync()
         per_layer = []
@@ -74,16 +84,17 @@ def main() -> int:
         fn()
         sync()
         outputs[name] = out.clone()
-    same = torch.equal(outputs["checked"].view(torch.int16), outputs["hot"].view(torch.int16))
+    same = all(torch.equal(outputs["checked"].view(torch.int16), o.view(torch.int16)) for o in outputs.values())
     results["outputs_bit_identical"] = same
+    results["direct_launches"] = direct_layer.launches.direct_launches + direct_pages.launches.direct_launches
     gpu = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"
     results["setup"] = vars(args) | {"out": str(args.out) if args.out else None, "gpu": gpu}
     if args.out:
         args.out.write_text(json.dumps(results, indent=1))
     print("| path | host us per layer (median of steps) | min |\n| --- | --- | --- |")
-    for name in ("checked", "hot", "checked again"):
+    for name, _ in paths:
         print(f"| {name} | {results[name]['median_us']:.1f} | {results[name]['min_us']:.1f} |")
-    print(f"outputs bit-identical: {same}")
+    print(f"outputs bit-identical: {same}; launches that skipped Triton's binding: {results['direct_launches']}")
     return 0 if same else 1
 
 

@@ -55,6 +55,7 @@ def main() -> int:
     ap.add_argument("--cartridge-len", type=int, default=632)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--eager", action="store_true")
+    ap.add_argument("--kernel-launch", choices=["triton", "direct"], default="triton", help="shared layouts' launches")
     ap.add_argument("--summarize", type=Path, help="print one table over the profiles in this folder and exit")
     args = ap.parse_args()
     if args.summarize is not None:
@@ -73,7 +74,9 @@ def profile_layout(args: argparse.Namespace, points: list[tuple[int, int]]) -> N
     from qualify.serve.settings import EngineSettings
 
     lay = get_layout(args.layout)
-    settings = EngineSettings(enforce_eager=args.eager, cudagraph_capture_sizes=[1, 16, 64])
+    settings = EngineSettings(
+        enforce_eager=args.eager, cudagraph_capture_sizes=[1, 16, 64], kernel_launch=args.kernel_launch
+    )
     vocab = int(settings.hf_config()["vocab_size"])
     layers = int(settings.hf_config()["num_hidden_layers"])
     rng = random.Random(7)
@@ -91,8 +94,11 @@ def profile_layout(args: argparse.Namespace, points: list[tuple[int, int]]) -> N
             # collection inside this point's timed batches (seen on the H200: 250-300 ms pauses in one batch).
             gc.collect()
             summary = profile_point(llm, lambda b=batch: prompts(b), batch, gen, layers)
-            summary.update(layout=lay.name, mode="eager" if args.eager else "CUDA graphs")
-            name = f"{lay.name}-b{batch}-g{gen}{'-eager' if args.eager else ''}"
+            summary.update(
+                layout=lay.name, mode="eager" if args.eager else "CUDA graphs", kernel_launch=args.kernel_launch
+            )
+            direct = "-direct" if args.kernel_launch == "direct" else ""
+            name = f"{lay.name}-b{batch}-g{gen}{'-eager' if args.eager else ''}{direct}"
             (args.out / f"{name}.json").write_text(json.dumps(summary, indent=1))
             print_point(name, summary)
 

@@ -21,6 +21,7 @@ import torch
 
 from . import _kernel as K
 from .errors import NotPlannedError, UnsupportedArchitectureError, UnsupportedLayoutError
+from .launch import DirectLaunches, int_specialization, pointer_alignment
 from .paging import split_combined_kv
 from .workspace import DecodeWorkspace
 
@@ -102,6 +103,9 @@ class LayerOperands:
         Pages in the cache; a plan whose page numbers reach it is refused.
     signature : tuple
         The ``Plan.operand_signature`` they were checked against.
+    launches : DirectLaunches or None
+        With ``check_layer(direct_launch=True)``: this layer's compiled kernels, launched without Triton's
+        per-call binding after their first launch (`cartridge_attn.launch`).
     """
 
     cartridge_k: torch.Tensor
@@ -112,6 +116,7 @@ class LayerOperands:
     live_v_scale: torch.Tensor
     num_pages: int
     signature: tuple
+    launches: DirectLaunches | None = field(default=None, compare=False, repr=False)
 
 
 def _split_workspace(
@@ -709,12 +714,15 @@ class CartridgeAttention:
         live_v_scale: torch.Tensor | float | None = None,
         q: torch.Tensor | None = None,
         out: torch.Tensor | None = None,
+        direct_launch: bool = False,
     ) -> LayerOperands:
         """Check one layer's cartridge and cache tensors against the current plan, once.
 
         The result serves every later plan with the same ``Plan.operand_signature`` (:meth:`run_layer`).
         Arguments are as for :meth:`run`; ``q`` and ``out``, when given, are the engine's query and output
-        buffers, checked for head count, head dim, dtype and device (their row count changes per step).
+        buffers, checked for head count, head dim, dtype and device (their row count changes per step). With
+        ``direct_launch``, :meth:`run_layer` launches a specialization it launched before without Triton's per-call
+        binding (`cartridge_attn.launch.DirectLaunches`).
         """
         p = self.plan_info
         dev = p.device
@@ -749,6 +757,7 @@ class CartridgeAttention:
             live_v_scale=self._scale("live_v_scale", live_v_scale, p.live_v_dtype == K.FP8_DTYPE, h_kv, dev),
             num_pages=n_pages,
             signature=p.operand_signature,
+            launches=DirectLaunches(K.cartridge_attn_kernel) if direct_launch else None,
         )
 
     def run(
@@ -811,24 +820,37 @@ class CartridgeAttention:
             raise UnsupportedLayoutError("kv_indices", want, p.max_page_index)
         if q.shape[0] != p.total_q or out.shape[0] != p.total_q:
             raise UnsupportedLayoutError("q / out rows", str(p.total_q), (q.shape[0], out.shape[0]))
-        h_q, h_kv, d, ps = p.num_qo_heads, p.num_kv_heads, p.head_dim, p.page_size
         cfg = p.config
         t = p.tensors
         ck, cv, live_k, live_v = layer.cartridge_k, layer.cartridge_v, layer.live_k, layer.live_v
-        self.last_compiled = K.cartridge_attn_kernel[p.grid](
-            q, out, ck, cv, layer.cartridge_v_scale, live_k, live_v, layer.live_v_scale,
+        plan_tensors = (
             t["qo_indptr"], t["kv_indptr"], t["kv_indices"], t["kv_len"], t["tile_req"], t["tile_row"],
             t["split_o"], t["split_ml"], t["split_count"],
+        )  # fmt: skip
+        args = (
+            q, out, ck, cv, layer.cartridge_v_scale, live_k, live_v, layer.live_v_scale, *plan_tensors,
             p.batch, p.cartridge_len, p.sm_scale * _LOG2E,
             q.stride(0), q.stride(1), out.stride(0), out.stride(1),
             ck.stride(0), ck.stride(1), cv.stride(0), cv.stride(1),
             live_k.stride(0), live_k.stride(1), live_k.stride(2),
             live_v.stride(0), live_v.stride(1), live_v.stride(2),
-            GROUP=h_q // h_kv, HEAD_DIM=d, PAGE=ps,
-            BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n, REQS=cfg.reqs_per_program,
-            DECODE=p.mode == "decode", CAUSAL=p.causal,
-            CV_FP8=p.cartridge_v_dtype == K.FP8_DTYPE, LV_FP8=p.live_v_dtype == K.FP8_DTYPE,
-            DOT_F32=K.INTERPRETED, SPLITS=cfg.splits,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages,
         )  # fmt: skip
+        constexprs = {
+            "GROUP": p.num_qo_heads // p.num_kv_heads, "HEAD_DIM": p.head_dim, "PAGE": p.page_size,
+            "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "REQS": cfg.reqs_per_program,
+            "DECODE": p.mode == "decode", "CAUSAL": p.causal,
+            "CV_FP8": p.cartridge_v_dtype == K.FP8_DTYPE, "LV_FP8": p.live_v_dtype == K.FP8_DTYPE,
+            "DOT_F32": K.INTERPRETED, "SPLITS": cfg.splits,
+        }  # fmt: skip
+        options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+        if layer.launches is None:
+            self.last_compiled = K.cartridge_attn_kernel[p.grid](*args, **constexprs, **options)
+            return out
+        # What can change between this layer's calls and Triton specializes on; the operands' tensors, strides
+        # and the cartridge length are the layer's own (fixed while the operands live).
+        key = (
+            cfg, p.mode, p.causal, *int_specialization(p.batch),
+            q.stride(0), q.stride(1), out.stride(0), out.stride(1), *pointer_alignment((q, out, *plan_tensors)),
+        )  # fmt: skip
+        self.last_compiled = layer.launches.launch(p.grid, key, args, constexprs, options)
         return out

@@ -9,7 +9,7 @@ only the row count checked.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import triton
@@ -17,6 +17,7 @@ import triton.language as tl
 
 from ._kernel import FP8_DTYPE
 from .errors import UnsupportedLayoutError
+from .launch import DirectLaunches, pointer_alignment
 
 __all__ = ["LivePages", "check_live_pages", "write_live_kv"]
 
@@ -71,6 +72,7 @@ class LivePages:
     kv_dtype: torch.dtype
     row_shape: tuple[int, int]  # (H_kv, D) of a token's K and V
     v_fp8: bool
+    launches: DirectLaunches | None = field(default=None, compare=False, repr=False)  # see check_live_pages
 
     def write(self, key: torch.Tensor, value: torch.Tensor, slot_mapping: torch.Tensor) -> None:
         """Store token ``t``'s K and V at ``slot_mapping[t]`` (see `write_live_kv`); ``key`` and ``value`` in the
@@ -83,13 +85,20 @@ class LivePages:
                 raise UnsupportedLayoutError(name, f">= {n} rows (the slot mapping's length)", tuple(t.shape))
         k_pages, v_pages = self.k_pages, self.v_pages
         scale = self.v_scale if self.v_fp8 else slot_mapping  # any pointer; unread unless V_FP8
-        _write_live_kv_kernel[(n, self.row_shape[0])](
+        args = (
             key, value, k_pages, v_pages, slot_mapping, scale,
             key.stride(0), key.stride(1), value.stride(0), value.stride(1),
             k_pages.stride(0), k_pages.stride(1), k_pages.stride(2),
             v_pages.stride(0), v_pages.stride(1), v_pages.stride(2),
-            PAGE=k_pages.shape[1], HEAD_DIM=self.row_shape[1], V_FP8=self.v_fp8,
         )  # fmt: skip
+        constexprs = {"PAGE": k_pages.shape[1], "HEAD_DIM": self.row_shape[1], "V_FP8": self.v_fp8}
+        grid = (n, self.row_shape[0])
+        if self.launches is None:
+            _write_live_kv_kernel[grid](*args, **constexprs)
+            return
+        # The pages and the scale are this object's own; the step's K, V and slots can move and change strides.
+        key_ = (*pointer_alignment((key, value, slot_mapping)), *args[6:10])
+        self.launches.launch(grid, key_, args, constexprs, {})
 
 
 def check_live_pages(
@@ -99,8 +108,14 @@ def check_live_pages(
     v_pages: torch.Tensor,
     slot_mapping: torch.Tensor,
     v_scale: torch.Tensor | None = None,
+    *,
+    direct_launch: bool = False,
 ) -> LivePages:
-    """Check a layer's pages against a step's K, V and slot mapping once; arguments as for `write_live_kv`."""
+    """Check a layer's pages against a step's K, V and slot mapping once; arguments as for `write_live_kv`.
+
+    With ``direct_launch``, `LivePages.write` launches a specialization it launched before without Triton's
+    per-call binding (`cartridge_attn.launch.DirectLaunches`).
+    """
     if k_pages.dim() != 4 or v_pages.shape != k_pages.shape:
         raise UnsupportedLayoutError(
             "cache pages", "K and V both (num_pages, page_size, H_kv, D)", (tuple(k_pages.shape), tuple(v_pages.shape))
@@ -123,7 +138,8 @@ def check_live_pages(
         )
     if slot_mapping.dtype not in (torch.int32, torch.int64):
         raise UnsupportedLayoutError("slot_mapping dtype", "int32 or int64", slot_mapping.dtype)
-    return LivePages(k_pages, v_pages, v_scale if v_fp8 else None, key.dtype, (int(h_kv), int(d)), v_fp8)
+    launches = DirectLaunches(_write_live_kv_kernel) if direct_launch else None
+    return LivePages(k_pages, v_pages, v_scale if v_fp8 else None, key.dtype, (int(h_kv), int(d)), v_fp8, launches)
 
 
 def write_live_kv(

@@ -57,6 +57,7 @@ class CartridgeMetadata:
     attn: CartridgeAttention  # planned for this step; every layer runs the same plan
     cartridge: dict[str, LayerCartridge]  # layer name -> its cartridge on the GPU
     live_v_fp8: bool
+    direct_launch: bool  # ServingConfig.kernel_launch == "direct"
 
 
 class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
@@ -145,6 +146,7 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
             attn=attn,
             cartridge=self.cartridge,
             live_v_fp8=self.live_v_fp8,
+            direct_launch=self.cfg.kernel_launch == "direct",
         )
 
 
@@ -233,7 +235,9 @@ class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
         cart = md.cartridge[layer.layer_name]
         return _BoundLayer(
             cache_key=_cache_key(kv_cache),
-            pages=check_live_pages(key, value, k_pages, v_pages, md.slot_mapping, v_scale),
+            pages=check_live_pages(
+                key, value, k_pages, v_pages, md.slot_mapping, v_scale, direct_launch=md.direct_launch
+            ),
             operands=md.attn.check_layer(
                 cart.k,
                 cart.v,
@@ -242,6 +246,7 @@ class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
                 live_v_scale=v_scale,
                 q=query,
                 out=output,
+                direct_launch=md.direct_launch,
             ),
         )
 

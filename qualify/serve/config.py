@@ -61,6 +61,11 @@ class ServingConfig(BaseModel):
         default="bfloat16",
         description="shared: the live (paged) V dtype; FP8 uses per-layer scale 1 and pages sized for it (K16/V8)",
     )
+    kernel_launch: Literal["triton", "direct"] = Field(
+        default="triton",
+        description="shared: 'direct' launches a kernel variant a layer launched before through its compiled "
+        "launcher, without Triton's per-call binding (cartridge_attn.launch); not yet qualified on a GPU",
+    )
 
 
 def check_vllm_version(version: str) -> None:

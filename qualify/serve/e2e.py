@@ -112,14 +112,23 @@ def eval_set_workload(settings: EngineSettings, cartridge_file: Path, eval_set: 
 
 
 def generate(
-    layout_name: str, out: Path, workload: Workload, *, max_tokens: int, seed: int, eager: bool = False
+    layout_name: str,
+    out: Path,
+    workload: Workload,
+    *,
+    max_tokens: int,
+    seed: int,
+    eager: bool = False,
+    kernel_launch: str = "triton",
 ) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
     from qualify.serve.engine import build_llm, kv_capacity, prompt_token_ids, sampling_params, write_random_cartridge
 
     lay = layout(layout_name)
-    settings = workload.settings.model_copy(update={"enforce_eager": eager})
+    settings = EngineSettings.model_validate(
+        workload.settings.model_dump() | {"enforce_eager": eager, "kernel_launch": kernel_launch}
+    )
     cartridge_len, placeholder = workload.cartridge_len, settings.placeholder_token_id
     with tempfile.TemporaryDirectory(prefix="qualify-e2e-") as tmp, dispatch_log_in(Path(tmp)) as log:
         cart = workload.cartridge_file or write_random_cartridge(
@@ -146,6 +155,7 @@ def generate(
         "layout": lay.name,
         "description": lay.description,
         "enforce_eager": settings.enforce_eager,
+        "kernel_launch": settings.kernel_launch,
         "block_size": block_size,
         "cartridge_positions_cached": from_cache,  # one per cartridge prompt, in scheduling order
         "model_dir": settings.model_dir,

@@ -56,6 +56,7 @@ def serving_config_for(
         placeholder_token_id=settings.placeholder_token_id,
         cartridge_value_dtype=layout.cartridge_value_dtype,
         live_value_dtype=layout.live_value_dtype,
+        kernel_launch=settings.kernel_launch,
     )
 
 

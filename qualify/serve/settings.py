@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from qualify.schema.models import StrictModel
 
@@ -29,6 +29,8 @@ class EngineSettings(StrictModel):
     # layout, so that what fits follows from each layout's bytes per token.
     kv_cache_memory_bytes: int | None = None
     placeholder_token_id: int = 0
+    # shared layouts: how the fused backend launches its kernels (ServingConfig.kernel_launch)
+    kernel_launch: Literal["triton", "direct"] = "triton"
     cartridge_k_std: float = 1.0  # random cartridge scale: K after QK-norm is about unit RMS
     cartridge_v_std: float = 1.0
 

@@ -182,6 +182,7 @@ def test_a_non_mapping_cartridge_entry_is_refused() -> None:
         ({"placeholder_token_id": -1}, "placeholder_token_id"),
         ({"cartridge_value_dtype": "float16"}, "cartridge_value_dtype"),
         ({"live_value_dtype": "fp8_e5m2"}, "live_value_dtype"),
+        ({"kernel_launch": "fast"}, "kernel_launch"),
         ({"cartrige_len": 640}, "cartrige_len"),  # a misspelt (extra) key is refused, not ignored
         ({"path": None}, "path"),
     ],
@@ -372,3 +373,14 @@ def test_layer_order_sorts_by_layer_number_not_text() -> None:
     random.shuffle(names)
     assert [layer_order(n)[0] for n in sorted(names, key=layer_order)] == [0, 1, 2, 10, 35]
     assert layer_order("lm_head")[0] > layer_order("model.layers.99.x")[0]
+
+
+@pytest.mark.parametrize("launch", ["triton", "direct"])
+def test_the_engine_settings_choose_the_shared_backend_s_launch_path(launch: str, tmp_path) -> None:
+    from qualify.serve.engine import llm_kwargs
+    from qualify.serve.layouts import layout
+    from qualify.serve.settings import EngineSettings
+
+    settings = EngineSettings(model_dir="fixtures/qwen3_small", kernel_launch=launch)
+    kwargs = llm_kwargs(layout("shared-k16v8"), tmp_path / "c.safetensors", 16, settings)
+    assert serving_config(kwargs["additional_config"]).kernel_launch == launch

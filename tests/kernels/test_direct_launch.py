@@ -1,0 +1,136 @@
+"""`cartridge_attn.launch.DirectLaunches`: a specialization launched before goes through the compiled kernel's
+launcher with every argument in the kernel's order; anything else through the JIT function. With fake JIT functions
+(the compiled launcher exists only on a GPU; on the interpreter every launch takes the ordinary path) and, for the
+key, the real serving calls."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+import torch
+from _serving_kernels import randint, seeded_generator
+from cartridge_attn import CartridgeAttention, check_live_pages, random_problem
+from cartridge_attn import _kernel as K
+from cartridge_attn.launch import DirectLaunches, int_specialization, pointer_alignment
+
+
+class FakeCompiled:
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def __getitem__(self, grid):
+        return lambda *args: self.calls.append((grid, args))
+
+
+class FakeJit:
+    def __init__(self, returns_compiled: bool = True) -> None:
+        self.arg_names = ["x_ptr", "n", "stride", "A", "B"]
+        self.calls: list[tuple] = []
+        self.returns_compiled = returns_compiled
+        self.compiled: list[FakeCompiled] = []
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.calls.append((grid, args, kwargs))
+            if not self.returns_compiled:
+                return None
+            self.compiled.append(FakeCompiled())
+            return self.compiled[-1]
+
+        return run
+
+
+def test_a_known_specialization_skips_the_jit_and_passes_every_parameter_in_order() -> None:
+    rng = random.Random()
+    jit = FakeJit()
+    launches = DirectLaunches(jit)
+    args = (object(), rng.randrange(2, 100), rng.randrange(1, 64))
+    constexprs = {"A": rng.randrange(8), "B": bool(rng.randrange(2))}
+    first = launches.launch((3, 2), "k1", args, constexprs, {"num_warps": 4})
+    assert jit.calls == [((3, 2), args, {**constexprs, "num_warps": 4})] and launches.direct_launches == 0
+    grid = (rng.randrange(1, 9), 2)
+    assert launches.launch(grid, "k1", args, constexprs, {"num_warps": 4}) is first
+    assert first.calls == [(grid, (*args, constexprs["A"], constexprs["B"]))]
+    assert len(jit.calls) == 1 and launches.direct_launches == 1
+    # Another key compiles (or looks up) through the JIT function again.
+    launches.launch((1, 2), "k2", args, constexprs, {"num_warps": 4})
+    assert len(jit.calls) == 2 and launches.direct_launches == 1
+
+
+def test_no_compiled_kernel_means_every_launch_goes_through_the_jit() -> None:
+    jit = FakeJit(returns_compiled=False)
+    launches = DirectLaunches(jit)
+    for _ in range(3):
+        launches.launch((1,), "k", (object(), 5, 1), {"A": 1, "B": True}, {})
+    assert len(jit.calls) == 3 and launches.direct_launches == 0
+
+
+@pytest.mark.parametrize(
+    ("n_args", "constexprs"),
+    [(3, {"B": 1, "A": 2}), (2, {"A": 1, "B": 2}), (3, {"A": 1})],
+    ids=["constexprs-out-of-order", "argument-missing", "constexpr-missing"],
+)
+def test_arguments_that_do_not_follow_the_kernel_s_parameters_are_refused(n_args: int, constexprs: dict) -> None:
+    launches = DirectLaunches(FakeJit())
+    with pytest.raises(ValueError, match="do not follow the kernel's parameters"):
+        launches.launch((1,), "k", tuple(range(n_args)), constexprs, {})
+
+
+def test_specialization_facts_are_triton_s() -> None:
+    assert int_specialization(1) == (True, False)
+    assert int_specialization(32) == (False, True)
+    assert int_specialization(17) == (False, False)
+    base = torch.zeros(64, dtype=torch.int32)
+    assert pointer_alignment((base, base[1:], base[4:])) == (True, False, True)
+
+
+def test_serving_calls_key_every_specialization_that_can_change(kernel_device, request, monkeypatch) -> None:
+    """run_layer and LivePages.write give a new key when the batch turns 1, a pointer loses its 16-byte alignment or
+    a stride changes, and the same key for a step that changes none of them; outputs match the JIT path."""
+    gen = seeded_generator(request.node.nodeid)
+    keys: list = []
+    real = DirectLaunches.launch
+
+    def spy(self, grid, key, args, constexprs, options):
+        keys.append(key)
+        return real(self, grid, key, args, constexprs, options)
+
+    monkeypatch.setattr(DirectLaunches, "launch", spy)
+    pr = random_problem([1, 1, 1], [5, 9, 3], device=kernel_device, seed=randint(gen, 0, 2**31 - 1))
+    attn = CartridgeAttention()
+    attn.plan(*pr.page_table(), **pr.plan_kwargs())
+    layer = attn.check_layer(pr.cartridge_k, pr.cartridge_v, pr.paged_kv, direct_launch=True, **pr.run_kwargs())
+    want = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, **pr.run_kwargs())
+    for _ in range(2):
+        got = torch.full_like(want, float("nan"))
+        attn.run_layer(pr.q, layer, got)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    assert keys[0] == keys[1]
+    single = random_problem([1], [7], device=kernel_device, seed=randint(gen, 0, 2**31 - 1))
+    one = CartridgeAttention()
+    one.plan(*single.page_table(), **single.plan_kwargs())
+    one.run_layer(pr.q[:1], layer, torch.empty_like(pr.q[:1]))
+    assert keys[-1] != keys[0]  # batch 1 is its own specialization
+    wide = torch.zeros(pr.q.shape[0], pr.q.shape[1], pr.q.shape[2] * 2, dtype=pr.q.dtype, device=kernel_device)
+    strided = wide[..., : pr.q.shape[2]]
+    strided.copy_(pr.q)
+    attn.run_layer(strided, layer, torch.empty_like(pr.q))
+    assert keys[-1] != keys[0]  # another query stride
+    flat = torch.zeros(pr.q.numel() + 1, dtype=pr.q.dtype, device=kernel_device)
+    unaligned = flat[1:].view(pr.q.shape)
+    unaligned.copy_(pr.q)
+    attn.run_layer(unaligned, layer, torch.empty_like(pr.q))
+    assert keys[-1] != keys[0]  # a query pointer 2 bytes off 16-byte alignment
+    # The cache write: same key for the same layout at another token count, a new one for a misaligned key.
+    h_kv, d = pr.live_k.shape[2], pr.live_k.shape[3]
+    kv = torch.randn(6, 2, h_kv, d, generator=gen).to(pr.q.dtype).to(kernel_device)
+    slots = torch.arange(6, dtype=torch.int64, device=kernel_device)
+    pages = check_live_pages(kv[:, 0], kv[:, 1], pr.live_k, pr.live_v, slots, direct_launch=True)
+    keys.clear()
+    pages.write(kv[:, 0], kv[:, 1], slots)
+    pages.write(kv[:4, 0], kv[:4, 1], slots[:4])
+    flat_kv = torch.zeros(kv[:, 0].numel() + 1, dtype=kv.dtype, device=kernel_device)
+    pages.write(flat_kv[1:].view(kv[:, 0].shape), kv[:, 1], slots)
+    assert keys[0] == keys[1] != keys[2]
+    assert (layer.launches.direct_launches == 0) == K.INTERPRETED  # the interpreter compiles nothing to reuse
