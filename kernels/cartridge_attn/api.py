@@ -21,7 +21,7 @@ import torch
 
 from . import _kernel as K
 from .errors import NotPlannedError, UnsupportedArchitectureError, UnsupportedLayoutError
-from .launch import DirectLaunches, int_specialization, pointer_alignment
+from .launch import DirectLaunches, int_specialization, pointer_specialization
 from .paging import split_combined_kv
 from .workspace import DecodeWorkspace
 
@@ -850,7 +850,7 @@ class CartridgeAttention:
         # and the cartridge length are the layer's own (fixed while the operands live).
         key = (
             cfg, p.mode, p.causal, *int_specialization(p.batch),
-            q.stride(0), q.stride(1), out.stride(0), out.stride(1), *pointer_alignment((q, out, *plan_tensors)),
+            q.stride(0), q.stride(1), out.stride(0), out.stride(1), *pointer_specialization((q, out, *plan_tensors)),
         )  # fmt: skip
         self.last_compiled = layer.launches.launch(p.grid, key, args, constexprs, options)
         return out

@@ -17,7 +17,7 @@ import triton.language as tl
 
 from ._kernel import FP8_DTYPE
 from .errors import UnsupportedLayoutError
-from .launch import DirectLaunches, pointer_alignment
+from .launch import DirectLaunches, pointer_specialization
 
 __all__ = ["LivePages", "check_live_pages", "write_live_kv"]
 
@@ -97,7 +97,7 @@ class LivePages:
             _write_live_kv_kernel[grid](*args, **constexprs)
             return
         # The pages and the scale are this object's own; the step's K, V and slots can move and change strides.
-        key_ = (*pointer_alignment((key, value, slot_mapping)), *args[6:10])
+        key_ = (*pointer_specialization((key, value, slot_mapping)), *args[6:10])
         self.launches.launch(grid, key_, args, constexprs, {})
 
 

@@ -4,7 +4,8 @@
 on every call: ~45 us a launch with this package's 40-odd arguments on an H200 host (results/2026-12-02-hotpath-
 h200), twice per layer per step in a serving engine's piecewise steps. A caller that knows which of its arguments
 can change between calls keys the compiled kernel on exactly what Triton specializes those on (an integer being 1
-or a multiple of 16, a pointer being 16-byte aligned; the other arguments are fixed for the cache's owner) and
+or a multiple of 16, a pointer's element type and 16-byte alignment; the other arguments are fixed for the cache's
+owner) and
 launches a hit through the compiled kernel's own launcher with every argument in the kernel's order. A miss, or a
 JIT function that returns no compiled kernel (the interpreter), goes through the ordinary path.
 """
@@ -16,7 +17,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["DirectLaunches", "int_specialization", "pointer_alignment"]
+__all__ = ["DirectLaunches", "int_specialization", "pointer_specialization"]
 
 
 def int_specialization(value: int) -> tuple[bool, bool]:
@@ -24,9 +25,9 @@ def int_specialization(value: int) -> tuple[bool, bool]:
     return value == 1, value % 16 == 0
 
 
-def pointer_alignment(tensors: Sequence[torch.Tensor]) -> tuple[bool, ...]:
-    """What Triton specializes a pointer argument on: 16-byte alignment, per tensor."""
-    return tuple(t.data_ptr() % 16 == 0 for t in tensors)
+def pointer_specialization(tensors: Sequence[torch.Tensor]) -> tuple[tuple[torch.dtype, bool], ...]:
+    """What Triton types and specializes a pointer argument on: its element type and 16-byte alignment."""
+    return tuple((t.dtype, t.data_ptr() % 16 == 0) for t in tensors)
 
 
 class DirectLaunches:

@@ -12,7 +12,7 @@ import torch
 from _serving_kernels import randint, seeded_generator
 from cartridge_attn import CartridgeAttention, check_live_pages, random_problem
 from cartridge_attn import _kernel as K
-from cartridge_attn.launch import DirectLaunches, int_specialization, pointer_alignment
+from cartridge_attn.launch import DirectLaunches, int_specialization, pointer_specialization
 
 
 class FakeCompiled:
@@ -82,7 +82,9 @@ def test_specialization_facts_are_triton_s() -> None:
     assert int_specialization(32) == (False, True)
     assert int_specialization(17) == (False, False)
     base = torch.zeros(64, dtype=torch.int32)
-    assert pointer_alignment((base, base[1:], base[4:])) == (True, False, True)
+    i32 = torch.int32
+    assert pointer_specialization((base, base[1:], base[4:])) == ((i32, True), (i32, False), (i32, True))
+    assert pointer_specialization((base.view(torch.float32),)) == ((torch.float32, True),)
 
 
 def test_serving_calls_key_every_specialization_that_can_change(kernel_device, request, monkeypatch) -> None:
@@ -132,5 +134,6 @@ def test_serving_calls_key_every_specialization_that_can_change(kernel_device, r
     pages.write(kv[:4, 0], kv[:4, 1], slots[:4])
     flat_kv = torch.zeros(kv[:, 0].numel() + 1, dtype=kv.dtype, device=kernel_device)
     pages.write(flat_kv[1:].view(kv[:, 0].shape), kv[:, 1], slots)
-    assert keys[0] == keys[1] != keys[2]
+    pages.write(kv[:, 0], kv[:, 1], slots.to(torch.int32))
+    assert keys[0] == keys[1] != keys[2] and keys[3] not in (keys[0], keys[2])  # a slot mapping of another type
     assert (layer.launches.direct_launches == 0) == K.INTERPRETED  # the interpreter compiles nothing to reuse
