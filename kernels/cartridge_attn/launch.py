@@ -65,12 +65,16 @@ class DirectLaunches:
 
         ``key`` must hold everything that can change between this owner's calls and that Triton specializes on,
         the ``constexprs`` and ``options`` included; ``args`` are the non-constexpr arguments in the kernel's order
-        and ``constexprs`` the rest in the kernel's order (checked on a compiling launch).
+        and ``constexprs`` the rest in the kernel's order (checked on a compiling launch). A direct launch skips
+        what else ``JITFunction.run`` does per call: pre-run hooks (none registered here), the check that globals
+        the kernel reads are unchanged (these kernels read none), and the per-device lookup (an owner's tensors
+        live on one device, and the launch runs on the current one).
         """
         compiled = self._compiled.get(key)
         if compiled is not None:
-            # The compiled kernel's launcher takes every parameter in order; it ignores the constexprs' values.
-            compiled[grid](*args, *constexprs.values())
+            # The compiled kernel's launcher takes every parameter in order (it ignores the constexprs' values) and a
+            # grid of three dimensions, which the JIT path pads and it does not.
+            compiled[(*grid, 1, 1)[:3]](*args, *constexprs.values())
             self.direct_launches += 1
             return compiled
         self._check_order(args, constexprs)
