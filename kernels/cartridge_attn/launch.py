@@ -5,9 +5,8 @@ on every call: ~45 us a launch with this package's 40-odd arguments on an H200 h
 h200), twice per layer per step in a serving engine's piecewise steps. A caller that knows which of its arguments
 can change between calls keys the compiled kernel on exactly what Triton specializes those on (an integer being 1
 or a multiple of 16, a pointer's element type and 16-byte alignment; the other arguments are fixed for the cache's
-owner) and
-launches a hit through the compiled kernel's own launcher with every argument in the kernel's order. A miss, or a
-JIT function that returns no compiled kernel (the interpreter), goes through the ordinary path.
+owner) and launches a hit through the compiled kernel's own launcher with every argument in the kernel's order. A
+miss, or a JIT function that returns no compiled kernel (the interpreter), goes through the ordinary path.
 """
 
 from __future__ import annotations

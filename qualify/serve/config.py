@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -26,6 +26,12 @@ SHARED_ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "CartridgeLlamaForCausalLM",
 }
 KERNEL_PAGE_SIZES = (16, 8)  # cartridge_attn's page sizes, preferred first
+
+
+# How the fused backend launches its kernels: Triton's JIT path, or a layer's compiled variants directly
+# (cartridge_attn.launch); the first is the default.
+KernelLaunch = Literal["triton", "direct"]
+KERNEL_LAUNCHES: tuple[str, ...] = get_args(KernelLaunch)
 
 
 def live_v_width(head_dim: int, live_value_dtype: str) -> int:
@@ -61,7 +67,7 @@ class ServingConfig(BaseModel):
         default="bfloat16",
         description="shared: the live (paged) V dtype; FP8 uses per-layer scale 1 and pages sized for it (K16/V8)",
     )
-    kernel_launch: Literal["triton", "direct"] = Field(
+    kernel_launch: KernelLaunch = Field(
         default="triton",
         description="shared: 'direct' launches a kernel variant a layer launched before through its compiled "
         "launcher, without Triton's per-call binding (cartridge_attn.launch); not yet qualified on a GPU",

@@ -32,6 +32,7 @@ from qualify.errors import DataError
 from qualify.hashing import sha256_file
 from qualify.loss.data import EvalItem
 from qualify.serve.agreement import generations_from_json, logprob_agreement, token_identity
+from qualify.serve.config import KernelLaunch
 from qualify.serve.dispatch_log import cartridge_positions, dispatch_log_in
 from qualify.serve.layouts import layout
 from qualify.serve.settings import EngineSettings
@@ -119,7 +120,7 @@ def generate(
     max_tokens: int,
     seed: int,
     eager: bool = False,
-    kernel_launch: str = "triton",
+    kernel_launch: KernelLaunch = "triton",
 ) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
