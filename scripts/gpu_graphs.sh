@@ -8,7 +8,8 @@
 #   bash scripts/gpu_graphs.sh sign      (carry .gpu/wheels)  cryptography for signing, when no `kernels` call ran
 #   bash scripts/gpu_graphs.sh stage N   (carry .vllm/N, .vllm/MANIFEST, .vllm/stage.sh)   N = 1, 2
 #   bash scripts/gpu_graphs.sh checks    (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh)
-#        stage part 3, install vLLM; the glue check against vLLM's classes (compiled kernel); the agreement tests
+#        stage part 3, install vLLM; the glue check against vLLM's classes and the direct-launch tests (compiled
+#        kernel); the agreement tests
 #        in graph mode (tests/serve/test_vllm_e2e.py; AGREEMENT=0 leaves them out); then, in the background, ONE signed run of the numerics
 #        envelope cells and gates/engine.yaml (3 processes per layout), so that its coverage table pairs every
 #        variant the engines dispatched with the cells that qualified it (ENGINE_GATES: other engine gate files,
@@ -67,6 +68,8 @@ checks)
     log "glue check against vLLM's classes (compiled kernel); the kernel's CUDA-graph replay test"
     timeout 240 python3 -m pytest -q -rs -p no:cacheprovider tests/serve/test_vllm_glue.py \
       tests/kernels/test_serving_paths_gpu.py -k "glue or cuda_graph" 2>&1 | tail -n 40
+    log "direct launches on the compiled kernel (cartridge_attn.launch)"
+    timeout 120 python3 -m pytest -q -rs -p no:cacheprovider tests/kernels/test_direct_launch.py 2>&1 | tail -n 6
     if [[ ${AGREEMENT:-1} == 1 ]]; then
       log "agreement in graph mode: prefix-cached reference, injection, shared K16/V16, K16/V8, K16/V8 live pages"
       SECONDS=0
