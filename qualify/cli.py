@@ -408,7 +408,7 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
 
 
 def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from qualify.serve.config import KERNEL_LAUNCHES
+    from qualify.serve.config import DEFAULT_KERNEL_LAUNCH, KERNEL_LAUNCHES
     from qualify.serve.layouts import LAYOUTS
 
     agree = sub.add_parser(
@@ -424,7 +424,7 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     gen.add_argument("--cartridge-len", type=int, default=632)
     gen.add_argument("--seed", type=int, default=1234)
     gen.add_argument("--eager", action="store_true", help="eager mode (default: torch.compile with CUDA graphs)")
-    gen.add_argument("--kernel-launch", choices=KERNEL_LAUNCHES, default="triton",
+    gen.add_argument("--kernel-launch", choices=KERNEL_LAUNCHES, default=DEFAULT_KERNEL_LAUNCH,
                      help="shared layouts: how the fused backend launches (ServingConfig.kernel_launch)")  # fmt: skip
     gen.add_argument("--model-dir", help="a real model's Hugging Face folder (relative: under the repository root; "
                      "default: the seeded small Qwen3, random questions of --question-len, a random cartridge of "

@@ -135,9 +135,10 @@ collect)
 hotpath)
   # After `stage 1`, `stage 2` (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh and REF_DIR): the
   # backend's once-checked hot path on the GPU: the glue check and the kernel's CUDA-graph replay, the layer-operand
-  # and cache-write tests compiled, the host cost per layer of both paths (scripts/host_overhead.py), and one graph-
-  # mode agreement run of the K16/V8 live-page layout compared with the prefix-cached reference and with the same
-  # layout's record from before the change (REF_DIR: records of an earlier `checks` call).
+  # and cache-write tests compiled, the host cost per layer of each path (scripts/host_overhead.py), one graph-mode
+  # agreement run of the K16/V8 live-page layout with Triton's JIT launches compared with the prefix-cached reference
+  # and with the same layout's record from before the change (REF_DIR: records of an earlier `checks` call), and
+  # (DIRECT=1) the same run with direct launches (the default) against it, token for token.
   {
     bash .vllm/stage.sh 3 || exit 1
     vllm_env >/dev/null || exit 1
@@ -152,7 +153,8 @@ hotpath)
     timeout 60 python3 scripts/host_overhead.py --queries 1 --out "$OUT/host_overhead_q1.json"
     log "agreement in graph mode: shared-k16v8-live-fp8"
     lay=shared-k16v8-live-fp8
-    timeout 200 python3 -m qualify.cli serve-agreement generate --layout $lay --out "$OUT/$lay.json" 2>&1 | tail -n 3
+    timeout 200 python3 -m qualify.cli serve-agreement generate --layout $lay --kernel-launch triton \
+      --out "$OUT/$lay.json" 2>&1 | tail -n 3
     brief='import json, sys; d = json.load(open(sys.argv[1])); t, lp = d["token_identity"], d["logprobs"]
 print("passed", d["passed"], "tokens compared", t["compared_tokens"], "log-prob diff mean", lp["mean_abs_diff"],
       "max", lp["max_abs_diff"])'
@@ -168,6 +170,8 @@ print("passed", d["passed"], "tokens compared", t["compared_tokens"], "log-prob 
         --out "$OUT/$lay-direct.json" 2>&1 | tail -n 3
       qualify serve-agreement compare "$OUT/$lay.json" "$OUT/$lay-direct.json" --tie-eps 0 >"$OUT/compare-direct.json"
       python3 -c "$brief" "$OUT/compare-direct.json"
+      python3 -c 'import json, sys; print("direct launches seen:", json.load(open(sys.argv[1]))["fused_direct_launches"])' \
+        "$OUT/$lay-direct.json"
     fi
   } 2>&1 | tee "$OUT/hotpath.log"
   ;;

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from qualify.serve.config import KERNEL_LAUNCHES
+from qualify.serve.config import DEFAULT_KERNEL_LAUNCH, KERNEL_LAUNCHES
 
 # The attention kernels of the layouts: the fused kernel, FA3 (vLLM's flash_attn), and the KV-cache writes.
 ATTENTION_KERNEL = re.compile(r"cartridge_attn|_write_live_kv|flash::|FlashAttn|flash_fwd|reshape_and_cache")
@@ -57,7 +57,9 @@ def main() -> int:
     ap.add_argument("--cartridge-len", type=int, default=632)
     ap.add_argument("--out", type=Path)
     ap.add_argument("--eager", action="store_true")
-    ap.add_argument("--kernel-launch", choices=KERNEL_LAUNCHES, default="triton", help="shared layouts' launches")
+    ap.add_argument(
+        "--kernel-launch", choices=KERNEL_LAUNCHES, default=DEFAULT_KERNEL_LAUNCH, help="shared layouts' launches"
+    )
     ap.add_argument("--summarize", type=Path, help="print one table over the profiles in this folder and exit")
     args = ap.parse_args()
     if args.summarize is not None:

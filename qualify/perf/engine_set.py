@@ -27,7 +27,13 @@ import torch
 from qualify.perf.gpu_info import device_facts, read_clocks, versions
 from qualify.perf.spec import Cell, WorkRequest, WorkResult
 from qualify.serve.config import Mode
-from qualify.serve.dispatch_log import cartridge_positions, dispatch_log_in, read_dispatch_log, read_dispatch_notes
+from qualify.serve.dispatch_log import (
+    cartridge_positions,
+    direct_launches_seen,
+    dispatch_log_in,
+    read_dispatch_log,
+    read_dispatch_notes,
+)
 from qualify.serve.engine import (
     BatchTiming,
     build_llm,
@@ -84,13 +90,15 @@ def engine_gpu_facts(
     capacity: dict[str, Any], startup_s: float, phases: list[str], requested_mode: str, log: Path
 ) -> dict[str, Any]:
     """The engine's facts for a result: KV cache, start-up time and its phases, the CUDA-graph mode (the one the
-    fused backend read inside the engine core where it reported one), device and memory in use."""
+    fused backend read inside the engine core where it reported one), whether the fused backend launched directly,
+    device and memory in use."""
     resolved = read_dispatch_notes(log).get("cudagraph_mode")
     gpu: dict[str, Any] = {
         "kv_cache": capacity,
         "engine_startup_s": startup_s,
         "startup_phases": phases,  # where the start-up time went, in vLLM's own words
         "cudagraph_mode": ", ".join(resolved) if resolved else requested_mode,
+        "fused_direct_launches": direct_launches_seen(log),
     }
     if torch.cuda.is_available():
         free, total = torch.cuda.mem_get_info()

@@ -43,7 +43,7 @@ from vllm.v1.attention.backend import (
 from vllm.v1.attention.backends.utils import get_kv_cache_layout
 
 from qualify.serve.config import CartridgeServingError, Mode, checked_serving, layer_order, live_v_width
-from qualify.serve.dispatch_log import DispatchLog
+from qualify.serve.dispatch_log import DIRECT_LAUNCH_NOTE, DispatchLog
 from qualify.serve.plugin import require_supported_vllm
 from qualify.serve.store import LayerCartridge, load_layers
 
@@ -210,6 +210,7 @@ class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
         self.num_kv_heads = num_kv_heads or num_heads
         self.kv_cache_dtype = kv_cache_dtype
         self._bound: _BoundLayer | None = None
+        self._direct_launch_unseen = True
 
     def release_binding(self) -> None:
         """Forget the checked operands (and so the views of the cache they hold); the next step checks again."""
@@ -273,7 +274,17 @@ class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
             bound = self._bound = self._bind(layer, (query, key, value, output), kv_cache, md)
         bound.pages.write(key, value, md.slot_mapping[:n])
         md.attn.run_layer(query[:n], bound.operands, output[:n])
+        if self._direct_launch_unseen and md.direct_launch:
+            self._note_direct_launch(bound)
         return output
+
+    def _note_direct_launch(self, bound: _BoundLayer) -> None:
+        # A run with direct launches on must show that some happened: otherwise a comparison with the JIT path
+        # would compare the JIT path with itself.
+        launches = bound.operands.launches
+        if launches is not None and launches.direct_launches:
+            self._direct_launch_unseen = False
+            DispatchLog().note(DIRECT_LAUNCH_NOTE, "seen")
 
 
 class CartridgeAttentionBackend(AttentionBackend):

@@ -28,10 +28,12 @@ SHARED_ARCHITECTURES: dict[str, str] = {
 KERNEL_PAGE_SIZES = (16, 8)  # cartridge_attn's page sizes, preferred first
 
 
-# How the fused backend launches its kernels: Triton's JIT path, or a layer's compiled variants directly
-# (cartridge_attn.launch); the first is the default.
+# How the fused backend launches its kernels: Triton's JIT path, or a variant a layer launched before through its
+# compiled launcher (cartridge_attn.launch). Direct is the default since it ran on the H200 with outputs bit-identical
+# to the JIT path's, in graph-mode serving too (results/2026-12-02-direct-launch-h200).
 KernelLaunch = Literal["triton", "direct"]
 KERNEL_LAUNCHES: tuple[str, ...] = get_args(KernelLaunch)
+DEFAULT_KERNEL_LAUNCH: KernelLaunch = "direct"
 
 
 def live_v_width(head_dim: int, live_value_dtype: str) -> int:
@@ -68,9 +70,9 @@ class ServingConfig(BaseModel):
         description="shared: the live (paged) V dtype; FP8 uses per-layer scale 1 and pages sized for it (K16/V8)",
     )
     kernel_launch: KernelLaunch = Field(
-        default="triton",
+        default=DEFAULT_KERNEL_LAUNCH,
         description="shared: 'direct' launches a kernel variant a layer launched before through its compiled "
-        "launcher, without Triton's per-call binding (cartridge_attn.launch); not yet qualified on a GPU",
+        "launcher, without Triton's per-call binding (cartridge_attn.launch); 'triton' through Triton's JIT path",
     )
 
 

@@ -52,6 +52,8 @@ NOTE = "# "
 EVENT = "@ "
 # The inject connector's event per cartridge prompt: how many cartridge positions vLLM's prefix cache held for it.
 CACHED_EVENT = "cartridge_positions_cached"
+# The fused backend's note once a layer launched a kernel variant directly (cartridge_attn.launch).
+DIRECT_LAUNCH_NOTE = "direct_launches"
 
 
 def _lines(path: Path) -> list[str]:
@@ -106,3 +108,8 @@ def cartridge_positions(path: Path) -> list[int]:
     """For every cartridge prompt the inject connector saw, in order: the cartridge positions vLLM's prefix cache
     held for it (vLLM's own per-request cached count adds the connector's positions to the cache's)."""
     return [int(v) for v in read_dispatch_events(path, CACHED_EVENT)]
+
+
+def direct_launches_seen(path: Path) -> bool:
+    """Whether an engine writing to `path` launched any fused-kernel variant directly."""
+    return DIRECT_LAUNCH_NOTE in read_dispatch_notes(path)

@@ -32,8 +32,8 @@ from qualify.errors import DataError
 from qualify.hashing import sha256_file
 from qualify.loss.data import EvalItem
 from qualify.serve.agreement import generations_from_json, logprob_agreement, token_identity
-from qualify.serve.config import KernelLaunch
-from qualify.serve.dispatch_log import cartridge_positions, dispatch_log_in
+from qualify.serve.config import DEFAULT_KERNEL_LAUNCH, KernelLaunch
+from qualify.serve.dispatch_log import cartridge_positions, direct_launches_seen, dispatch_log_in
 from qualify.serve.layouts import layout
 from qualify.serve.settings import EngineSettings
 
@@ -120,7 +120,7 @@ def generate(
     max_tokens: int,
     seed: int,
     eager: bool = False,
-    kernel_launch: KernelLaunch = "triton",
+    kernel_launch: KernelLaunch = DEFAULT_KERNEL_LAUNCH,
 ) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
@@ -147,6 +147,7 @@ def generate(
         # (vLLM's own per-request count adds the connector's positions, so it cannot tell a cache hit apart).
         from_cache = cartridge_positions(log)[seen:]
         block_size = kv_capacity(llm)["block_size"]
+        direct = direct_launches_seen(log)
     records = []
     for o in outs:
         c = o.outputs[0]
@@ -157,6 +158,7 @@ def generate(
         "description": lay.description,
         "enforce_eager": settings.enforce_eager,
         "kernel_launch": settings.kernel_launch,
+        "fused_direct_launches": direct,  # whether the fused backend launched any variant directly
         "block_size": block_size,
         "cartridge_positions_cached": from_cache,  # one per cartridge prompt, in scheduling order
         "model_dir": settings.model_dir,

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from qualify.schema.models import StrictModel
-from qualify.serve.config import KernelLaunch
+from qualify.serve.config import DEFAULT_KERNEL_LAUNCH, KernelLaunch
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +31,7 @@ class EngineSettings(StrictModel):
     kv_cache_memory_bytes: int | None = None
     placeholder_token_id: int = 0
     # shared layouts: how the fused backend launches its kernels (ServingConfig.kernel_launch)
-    kernel_launch: KernelLaunch = "triton"
+    kernel_launch: KernelLaunch = DEFAULT_KERNEL_LAUNCH
     cartridge_k_std: float = 1.0  # random cartridge scale: K after QK-norm is about unit RMS
     cartridge_v_std: float = 1.0
 

@@ -7,8 +7,10 @@ from pathlib import Path
 import pytest
 
 from qualify.serve.dispatch_log import (
+    DIRECT_LAUNCH_NOTE,
     DISPATCH_LOG_ENV,
     DispatchLog,
+    direct_launches_seen,
     read_dispatch_events,
     read_dispatch_log,
     read_dispatch_notes,
@@ -51,3 +53,15 @@ def test_notes_and_events_are_never_read_as_keys(tmp_path: Path) -> None:
     assert read_dispatch_notes(path) == {"cudagraph_mode": ["FULL_AND_PIECEWISE", "PIECEWISE"]}
     assert read_dispatch_events(path, "cartridge_positions_cached") == ["0", "624", "624", "8"]  # every one, in order
     assert read_dispatch_events(path, "other") == []
+
+
+def test_direct_launches_are_seen_only_once_the_backend_noted_one(tmp_path: Path) -> None:
+    path = tmp_path / "dispatch.log"
+    assert not direct_launches_seen(path)  # no engine wrote the file
+    log = DispatchLog(str(path))
+    log.record("decode/k")
+    log.note("cudagraph_mode", "FULL_AND_PIECEWISE")
+    log.event(DIRECT_LAUNCH_NOTE, "seen")  # an event of that name is not the note
+    assert not direct_launches_seen(path)
+    DispatchLog(str(path)).note(DIRECT_LAUNCH_NOTE, "seen")  # one layer of another engine process
+    assert direct_launches_seen(path) and read_dispatch_log(path) == ["decode/k"]

@@ -88,3 +88,12 @@ def test_shared_k16v8_live_fp8_pages_logprobs_within_tolerance(runs: dict[str, P
     # K16/V8 live pages as well: the live V of every generated token is FP8 (scale 1) in pages 3/4 the BF16 size.
     result = _compare(runs, "shared-k16v8-live-fp8", LOGPROB_TOLERANCE)
     assert result["logprobs"]["passed"], json.dumps(result["logprobs"], indent=1)
+
+
+def test_shared_layouts_launched_the_fused_kernel_directly(runs: dict[str, Path]) -> None:
+    # What ships launches a layer's compiled variants directly; the records say the engines did, so the agreement
+    # above covers that path. The reference never runs the fused backend, so the same record can read false.
+    for name in ("shared-k16v16", "shared-k16v8", "shared-k16v8-live-fp8"):
+        doc = json.loads(runs[name].read_text())
+        assert (doc["kernel_launch"], doc["fused_direct_launches"]) == ("direct", True), name
+    assert json.loads(runs[REFERENCE].read_text())["fused_direct_launches"] is False

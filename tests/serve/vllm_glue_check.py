@@ -5,7 +5,8 @@ ships; `vllm_glue_check.py SEED cpu` needs TRITON_INTERPRET=1 set before triton'
 
 * shared mode: `CartridgeMetadataBuilder` + `CartridgeAttentionImpl` serve a prefill step then a decode step
   of two requests through a vLLM-layout paged cache (logical (blocks, H_kv, block, 2 * D), NHD in memory), and
-  every output matches a dense fp32 reference over cartridge + all live tokens (BF16 and FP8 live V);
+  every output matches a dense fp32 reference over cartridge + all live tokens (BF16 and FP8 live V); on a GPU the
+  steps after the first launch directly (the default), and the backend's note says so;
 * inject mode: `CartridgeInjectConnector` claims exactly the placeholder run, refuses a partial one, and
   copies the cartridge into the request's slots of every layer, touching nothing else.
 
@@ -86,7 +87,12 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device
         CartridgeMetadataBuilder,
     )
     from qualify.serve.config import live_v_width
+    from qualify.serve.dispatch_log import DISPATCH_LOG_ENV, direct_launches_seen
 
+    # The fused backend notes its first direct launch here (the default launch path): the compiled kernel on a GPU
+    # gives one from the second step on; the interpreter compiles nothing, so none.
+    dispatch = tmp / f"dispatch-{live_v}.log"
+    os.environ[DISPATCH_LOG_ENV] = str(dispatch)
     path = tmp / f"shared-{live_v}.safetensors"
     write_cartridge(path, gen)
     cart = load_cartridge(path)
@@ -198,6 +204,8 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device
                 fail("a padding request's row was not written (its graph replay would leave garbage)")
             if not torch.isnan(out[n + pad :]).all():
                 fail("rows beyond the scheduled tokens and padding requests were written")
+    if direct_launches_seen(dispatch) != (dev.type == "cuda"):
+        fail(f"direct launches seen: {direct_launches_seen(dispatch)} on {dev.type} (kernel_launch defaults to direct)")
     # A new builder (vLLM builds one per KV cache, the memory profiler's throwaway cache first) drops the layers'
     # bindings, so that the old cache is not held; the next step binds the layer's new cache.
     cfg.compilation_config.static_forward_context = {n: SimpleNamespace(impl=impls[i]) for i, n in enumerate(NAMES)}
