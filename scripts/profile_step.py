@@ -23,7 +23,6 @@ import json
 import random
 import re
 import statistics
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -73,7 +72,7 @@ def main() -> int:
 
 
 def profile_layout(args: argparse.Namespace, points: list[tuple[int, int]]) -> None:
-    from qualify.serve.engine import build_llm, prompt_token_ids, random_questions, write_random_cartridge
+    from qualify.serve.engine import build_llm, prompt_token_ids, random_cartridge_file, random_questions
     from qualify.serve.layouts import layout as get_layout
     from qualify.serve.settings import EngineSettings
 
@@ -90,21 +89,18 @@ def profile_layout(args: argparse.Namespace, points: list[tuple[int, int]]) -> N
         return prompt_token_ids(lay, qs, args.cartridge_len, settings.placeholder_token_id)
 
     args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory() as tmp:
-        cart = write_random_cartridge(Path(tmp) / "c.safetensors", settings, args.cartridge_len, 7)
-        llm = build_llm(lay, cart, args.cartridge_len, settings, seed=7)
-        for batch, gen in points:
-            # The previous point's profiler events are garbage in reference cycles: collected here, not by a full
-            # collection inside this point's timed batches (seen on the H200: 250-300 ms pauses in one batch).
-            gc.collect()
-            summary = profile_point(llm, lambda b=batch: prompts(b), batch, gen, layers)
-            summary.update(
-                layout=lay.name, mode="eager" if args.eager else "CUDA graphs", kernel_launch=args.kernel_launch
-            )
-            direct = "-direct" if args.kernel_launch == "direct" else ""
-            name = f"{lay.name}-b{batch}-g{gen}{'-eager' if args.eager else ''}{direct}"
-            (args.out / f"{name}.json").write_text(json.dumps(summary, indent=1))
-            print_point(name, summary)
+    cart = random_cartridge_file(settings, args.cartridge_len, 7)
+    llm = build_llm(lay, cart, args.cartridge_len, settings, seed=7)
+    for batch, gen in points:
+        # The previous point's profiler events are garbage in reference cycles: collected here, not by a full
+        # collection inside this point's timed batches (seen on the H200: 250-300 ms pauses in one batch).
+        gc.collect()
+        summary = profile_point(llm, lambda b=batch: prompts(b), batch, gen, layers)
+        summary.update(layout=lay.name, mode="eager" if args.eager else "CUDA graphs", kernel_launch=args.kernel_launch)
+        direct = "-direct" if args.kernel_launch == "direct" else ""
+        name = f"{lay.name}-b{batch}-g{gen}{'-eager' if args.eager else ''}{direct}"
+        (args.out / f"{name}.json").write_text(json.dumps(summary, indent=1))
+        print_point(name, summary)
 
 
 def profile_point(llm: Any, prompts: Any, batch: int, gen: int, layers: int) -> dict[str, Any]:

@@ -7,7 +7,6 @@ about one. The cache key is the file's content hash, so a changed package can ne
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import tempfile
 import time
@@ -16,15 +15,11 @@ from pathlib import Path
 
 import torch
 
+from qualify.cache_dir import cache_root
 from qualify.errors import DataError
 from qualify.hashing import sha256_file
 
 _CONVERSION_RECORD = "qualify-conversion.json"
-
-
-def cache_root() -> Path:
-    env = os.environ.get("QUALIFY_CACHE_DIR")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "cartridge-qualify"
 
 
 @dataclass(frozen=True)

@@ -40,10 +40,10 @@ from qualify.serve.engine import (
     cudagraph_mode,
     kv_capacity,
     prompt_token_ids,
+    random_cartridge_file,
     random_questions,
     run_batch,
     startup_phases,
-    write_random_cartridge,
 )
 from qualify.serve.host_speed import probe_host_speed
 from qualify.serve.layouts import ServingLayout
@@ -179,9 +179,7 @@ def measure(request: WorkRequest) -> WorkResult:
         notes.append("live pages K16/V8: V in D FP8 bytes, a page 3/4 of a BF16 one (the KV capacity below counts it)")
     clocks_before = read_clocks()
     with tempfile.TemporaryDirectory(prefix="qualify-engine-") as tmp, dispatch_log_in(Path(tmp)) as log:
-        cartridge = write_random_cartridge(
-            Path(tmp) / "cartridge.safetensors", settings, shape.cartridge_len, request.seed
-        )
+        cartridge = random_cartridge_file(settings, shape.cartridge_len, request.seed)
         t0 = time.perf_counter()
         with startup_phases() as phases:
             llm = build_llm(lay, cartridge, shape.cartridge_len, settings, seed=request.seed)

@@ -34,10 +34,10 @@ from qualify.serve.engine import (
     cudagraph_mode,
     kv_capacity,
     prompt_token_ids,
+    random_cartridge_file,
     random_questions,
     sampling_params,
     startup_phases,
-    write_random_cartridge,
 )
 from qualify.serve.gc_pauses import gc_pauses
 from qualify.serve.layouts import layout as get_layout
@@ -90,8 +90,7 @@ def measure(request: WorkRequest) -> WorkResult:
     rng = random.Random(request.seed)
     clocks_before = read_clocks()
     with tempfile.TemporaryDirectory(prefix="qualify-serving-") as tmp, dispatch_log_in(Path(tmp)) as log:
-        cart_path = Path(tmp) / "cartridge.safetensors"
-        cartridge = write_random_cartridge(cart_path, settings, shape.cartridge_len, request.seed)
+        cartridge = random_cartridge_file(settings, shape.cartridge_len, request.seed)
         t0 = time.perf_counter()
         with startup_phases() as phases:
             llm = build_llm(lay, cartridge, shape.cartridge_len, settings, seed=request.seed)

@@ -124,7 +124,7 @@ def generate(
 ) -> dict[str, Any]:
     from vllm.inputs import TokensPrompt
 
-    from qualify.serve.engine import build_llm, kv_capacity, prompt_token_ids, sampling_params, write_random_cartridge
+    from qualify.serve.engine import build_llm, kv_capacity, prompt_token_ids, random_cartridge_file, sampling_params
 
     lay = layout(layout_name)
     settings = EngineSettings.model_validate(
@@ -132,9 +132,7 @@ def generate(
     )
     cartridge_len, placeholder = workload.cartridge_len, settings.placeholder_token_id
     with tempfile.TemporaryDirectory(prefix="qualify-e2e-") as tmp, dispatch_log_in(Path(tmp)) as log:
-        cart = workload.cartridge_file or write_random_cartridge(
-            Path(tmp) / "cartridge.safetensors", settings, cartridge_len, seed
-        )
+        cart = workload.cartridge_file or random_cartridge_file(settings, cartridge_len, seed)
         llm = build_llm(lay, cart, cartridge_len, settings, seed=seed)
         token_ids = prompt_token_ids(lay, workload.questions, cartridge_len, placeholder)
         params = sampling_params(max_tokens, logprobs=5)

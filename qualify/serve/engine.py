@@ -6,8 +6,11 @@ Imports vLLM lazily: `EngineSettings` and the prompt builders are used by CPU co
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
+import json
 import logging
+import os
 import random
 import re
 import time
@@ -19,6 +22,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from qualify.cache_dir import cache_root
 from qualify.cartridge.io import save_cartridge
 from qualify.cartridge.types import Cartridge
 from qualify.serve.config import Mode, ServingConfig, engine_kwargs
@@ -39,11 +43,28 @@ def random_cartridge(config: dict[str, Any], tokens: int, *, seed: int, k_std: f
     return Cartridge(keys=tuple(keys), values=tuple(values), frozen_tokens=1, source=f"random(seed={seed})")
 
 
-def write_random_cartridge(path: Path, settings: EngineSettings, tokens: int, seed: int) -> Path:
-    cart = random_cartridge(
-        settings.hf_config(), tokens, seed=seed, k_std=settings.cartridge_k_std, v_std=settings.cartridge_v_std
-    )
-    return save_cartridge(cart, path)
+def random_cartridge_file(settings: EngineSettings, tokens: int, seed: int) -> Path:
+    """The random cartridge of these settings, length and seed, written once under the cache directory in a file
+    named after what determines its content.
+
+    vLLM keys its compile cache on its whole configuration, the cartridge's path (in ``additional_config``)
+    included: a cartridge in a per-process temporary folder made every engine compile its graphs from scratch
+    (23-44 s of each start on the H200). One path per content lets later engines load them; the cartridge's values
+    are read by the backend at start-up and never traced, so sharing compiled graphs across cartridges is sound.
+    """
+    config = settings.hf_config()
+    what = {"hf_config": config, "tokens": tokens, "seed": seed, "k_std": settings.cartridge_k_std,
+            "v_std": settings.cartridge_v_std}  # fmt: skip
+    digest = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:20]
+    path = cache_root() / "cartridges" / f"random-{digest}.safetensors"
+    if not path.is_file():
+        cart = random_cartridge(
+            config, tokens, seed=seed, k_std=settings.cartridge_k_std, v_std=settings.cartridge_v_std
+        )
+        # Written beside, then renamed: an engine of another process never reads a half-written file.
+        partial = save_cartridge(cart, path.with_name(f"{path.stem}.{os.getpid()}.partial.safetensors"))
+        os.replace(partial, path)
+    return path
 
 
 def serving_config_for(
