@@ -7,6 +7,9 @@
 # Writes under $OUT (at most 8 files come back): perf.log, compare.txt, run1/run1.json, run1/run1.dsse.json,
 # run2/run2.json, slowed/slowed.json (+ jit-cache.tar.xz* with SAVE_CACHE=1).
 # Timeouts per step (s): RUN1_TIMEOUT (240), RUN2_TIMEOUT (240), SLOWED_TIMEOUT (90); SKIP_RUN2=1 skips step 2.
+# The FA3 baseline needs vLLM: stage its parts 1 and 2 first (`bash scripts/gpu_graphs.sh stage N`, after one call
+# that carried .gpu so that FlashInfer is unpacked in /tmp), then carry .vllm/3, MANIFEST, stage.sh and setup.sh
+# with .gpu/setup.sh (the whole .gpu and a vLLM part together pass the 64 MiB carry limit).
 # Split over several device calls (the host keeps /tmp while it stays up between back-to-back calls):
 # PERF_STEPS (default "run1 run2 slowed") picks the steps, PERF_WORK (default $OUT) is where results live between
 # calls (e.g. /tmp/perf-work); then everything under PERF_WORK also comes back as $OUT/perf.tar.gz. A later call
@@ -24,6 +27,12 @@ W=${PERF_WORK:-$OUT}
 STEPS=" ${PERF_STEPS:-run1 run2 slowed} "
 mkdir -p "$W"
 source .gpu/setup.sh >>"$W/perf.log" 2>&1
+# vLLM for the FA3 baseline (fa3-shared-pages-bf16), when its parts were staged by earlier calls (scripts/
+# gpu_graphs.sh stage 1, 2) and part 3 comes with this one; without it those items are skipped with the reason.
+if [[ -f .vllm/setup.sh ]]; then
+  { [[ -d .vllm/3 ]] && bash .vllm/stage.sh 3; source .vllm/setup.sh; } >>"$W/perf.log" 2>&1 ||
+    echo "vLLM not set up: the FA3 baseline's items are skipped" | tee -a "$W/perf.log"
+fi
 export PYTHONUNBUFFERED=1
 qualify() { python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' "$@"; }
 log() { echo "=== $(date +%T) $*" | tee -a "$W/perf.log"; }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import platform
 import shutil
 import subprocess
@@ -56,6 +57,10 @@ def versions() -> dict[str, Any]:
             out[module] = __import__(module).__version__
         except Exception as exc:  # absent or broken: the report says which
             out[module] = f"unavailable ({type(exc).__name__})"
+    try:  # from its metadata: importing vLLM takes seconds, and only the FA3 baseline uses it here
+        out["vllm"] = importlib.metadata.version("vllm")
+    except importlib.metadata.PackageNotFoundError:
+        out["vllm"] = "unavailable (not installed)"
     return out
 
 

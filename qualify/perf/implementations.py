@@ -137,6 +137,15 @@ KERNEL_SET = ImplementationSet(
             bytes=_SHARED_BF16,
         ),
         Implementation(
+            "fa3-shared-pages-bf16",
+            "vLLM's own path with prefix caching: vLLM 0.26's FlashAttention-3 called as its FLASH_ATTN backend "
+            "calls it (16-token blocks, every request's block table starting with the same cartridge blocks, "
+            "scheduler metadata planned ahead, num_splits as vLLM's default graph mode sets it); needs vLLM",
+            _BOTH,
+            builder="qualify.perf.fa3_shared:build_fa3_shared_pages_bf16",
+            bytes=_SHARED_BF16,
+        ),
+        Implementation(
             "flashinfer-cascade-bf16",
             "FlashInfer MultiLevelCascadeAttentionWrapper: one shared cartridge level + per-request level, merged",
             _BOTH,

@@ -127,7 +127,7 @@ def _live_pages(spec: CellSpec, pt: PageTable) -> tuple[torch.Tensor, torch.Tens
     )
 
 
-def _layer_calls(spec: CellSpec, one: Callable[[int], Callable[[], object]]) -> list[Callable[[], object]]:
+def layer_calls(spec: CellSpec, one: Callable[[int], Callable[[], object]]) -> list[Callable[[], object]]:
     def repeated(i: int) -> Callable[[], object]:
         f = one(i % spec.n_sets)
 
@@ -196,7 +196,7 @@ def _fused(spec: CellSpec, *, v_fp8: bool) -> Built:
             lay["q"], lay["cart_k"], lay["cart_v"], lay["live"], cartridge_v_scale=lay["scale"], out=lay["out"]
         )
 
-    return Built(_layer_calls(spec, one), keep=[attn, sets, pt], identity=lambda: ca.kernel_identity(attn))
+    return Built(layer_calls(spec, one), keep=[attn, sets, pt], identity=lambda: ca.kernel_identity(attn))
 
 
 # -- FlashInfer ---------------------------------------------------------------------------------------
@@ -264,7 +264,7 @@ def _inject(spec: CellSpec, *, fp8: bool) -> Built:
         def one(i: int) -> Callable[[], object]:
             return lambda: w.run(qs[i], caches[i], out=outs[i])
 
-        return Built(_layer_calls(spec, one), keep=[ws, w, caches, qs, outs, lay0])
+        return Built(layer_calls(spec, one), keep=[ws, w, caches, qs, outs, lay0])
     n_cart = s.cartridge_len // s.page_size
     pages_per_req = n_cart + -(-spec.live // s.page_size)
 
@@ -279,7 +279,7 @@ def _inject(spec: CellSpec, *, fp8: bool) -> Built:
 
         return f
 
-    return Built(_layer_calls(spec, one_ttft), keep=[ws, w, caches, carts, qs, outs, lay0])
+    return Built(layer_calls(spec, one_ttft), keep=[ws, w, caches, carts, qs, outs, lay0])
 
 
 def _one_cartridge_pools(spec: CellSpec, pt: PageTable) -> list[Any]:
@@ -319,7 +319,7 @@ def _cascade(spec: CellSpec) -> Built:
     def one(i: int) -> Callable[[], object]:
         return lambda: w.run(qs[i], layouts[i].kv_cache)
 
-    return Built(_layer_calls(spec, one), keep=[ws, w, layouts, qs])
+    return Built(layer_calls(spec, one), keep=[ws, w, layouts, qs])
 
 
 def _shared_pages(spec: CellSpec) -> Built:
@@ -336,7 +336,7 @@ def _shared_pages(spec: CellSpec) -> Built:
     def one(i: int) -> Callable[[], object]:
         return lambda: w.run(qs[i], layouts[i].kv_cache, out=outs[i])
 
-    return Built(_layer_calls(spec, one), keep=[ws, w, layouts, qs, outs, kv_indptr, kv_indices, last])
+    return Built(layer_calls(spec, one), keep=[ws, w, layouts, qs, outs, kv_indptr, kv_indices, last])
 
 
 # The builders `KERNEL_SET` names (qualify.perf.implementations), one per implementation.
@@ -438,6 +438,7 @@ def measure(request: WorkRequest) -> WorkResult:
                         cuda_graph=timing.cuda_graph,
                     )
                     samples = [batch / (ms / 1000.0) for ms in t.samples_ms] if decode else list(t.samples_ms)
+                    facts = built.identity() if built.identity is not None else {}
                     moved = cell_bytes(request.implementation, spec)
                     pct = bytes_model.pct_of_peak(moved, statistics.median(t.samples_ms) / 1000.0, peak)
                     cells.append(
@@ -456,9 +457,10 @@ def measure(request: WorkRequest) -> WorkResult:
                                 "buffer_sets": spec.n_sets,
                                 "q_len": spec.q_len,
                                 # The compiled variant this cell launched (fused kernel only), from the kernel.
-                                "specialization": (built.identity() or {}).get("specialization")
-                                if built.identity is not None
-                                else None,
+                                "specialization": facts.get("specialization"),
+                                # What ran: the fused kernel's identity (config, cubin hash), or a baseline's
+                                # own facts (library version, block size, splits, its self-check).
+                                "identity": facts or None,
                             },
                         )
                     )

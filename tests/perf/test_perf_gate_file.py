@@ -53,7 +53,11 @@ def test_default_gate_file_compiles_to_the_issue_matrix() -> None:
     by_gate: dict[str, list[PerfNonRegressionParams]] = {}
     for it in items:
         assert isinstance(it.params, PerfNonRegressionParams)
-        assert set(it.requires) == {"cuda", "sm90", "triton", "flashinfer"}
+        # The FA3 baseline comes from vLLM, every other baseline from FlashInfer.
+        fa3 = it.params.baseline == "fa3-shared-pages-bf16"
+        assert set(it.requires) == (
+            {"cuda", "sm90", "triton", "vllm"} if fa3 else {"cuda", "sm90", "triton", "flashinfer"}
+        )
         by_gate.setdefault(it.gate_id, []).append(it.params)
     main_gate = by_gate["perf-shared-vs-inject"]
     assert {(p.metric, p.batch) for p in main_gate} == {
@@ -68,6 +72,9 @@ def test_default_gate_file_compiles_to_the_issue_matrix() -> None:
     release = by_gate["perf-release"][0]
     assert release.baseline == "release" and release.thresholds["decode_tokens_per_s"] == 0.97
     assert {p.metric for p in by_gate["perf-shared-vs-inject-fp8"]} == {"decode_tokens_per_s"}
+    # Both shared-page baselines (what prefix caching gives), each over the whole matrix.
+    for gate in ("perf-shared-vs-shared-pages", "perf-shared-vs-fa3-shared-pages"):
+        assert len(by_gate[gate]) == 12 and {p.thresholds["decode_tokens_per_s"] for p in by_gate[gate]} == {1.0}
     # Every gate shares one shape set, so one worker per implementation serves all of them.
     assert len({p.shape.model_dump_json() for ps in by_gate.values() for p in ps}) == 1
 
