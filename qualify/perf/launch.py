@@ -59,10 +59,11 @@ def run_profiled(request: WorkRequest, *, timeout_s: float) -> dict[str, Any]:
     tool = shutil.which("ncu")
     if tool is None:
         raise QualifyError("Nsight Compute (ncu) is not on PATH")
+    plan = ncu.plan_metrics(_available_metrics(tool))
     with tempfile.TemporaryDirectory(prefix="qualify-ncu-") as tmp:
         req, res, log = Path(tmp) / "request.json", Path(tmp) / "result.json", Path(tmp) / "ncu.csv"
         req.write_text(request.model_dump_json())
-        cmd = ncu.profile_command(tool, log, _worker_command(req, res, profile=True))
+        cmd = ncu.profile_command(tool, log, _worker_command(req, res, profile=True), plan.metrics)
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=_env(), check=False)
         except subprocess.TimeoutExpired as exc:
@@ -72,4 +73,14 @@ def run_profiled(request: WorkRequest, *, timeout_s: float) -> dict[str, Any]:
             raise QualifyError(f"ncu exit {proc.returncode}:\n{_tail(proc.stderr or proc.stdout or text)}")
         shape = request.shape_set()
         names = [ncu.range_name(m, b, s) for s in shape.suffixes for b in shape.batches for m in request.metrics]
-        return {"metrics": list(ncu.METRICS), "by_cell": ncu.parse_csv(text, names)}
+        return {"metrics": plan.metrics, "missing": list(plan.missing), "by_cell": ncu.parse_csv(text, names, plan)}
+
+
+def _available_metrics(tool: str) -> set[str] | None:
+    """The base metric names this ncu offers on this GPU; None when the query fails (then the core counters)."""
+    try:
+        proc = subprocess.run(ncu.query_command(tool), capture_output=True, text=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:
+        return None
+    bases = ncu.available_bases(proc.stdout) if proc.returncode == 0 else set()
+    return bases or None

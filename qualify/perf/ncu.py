@@ -1,6 +1,11 @@
-"""Nsight Compute: the command that profiles one replay of a worker, and the parsing of its CSV.
+"""Nsight Compute: which counters to ask for, the command that profiles one replay of a worker, and the parsing of
+its CSV.
 
-Clocks are left alone (`--clock-control none`), like every other measurement here. The worker brackets each
+The counters are a wish list (`COUNTERS`): DRAM and L2 traffic, L2 hit rate, achieved occupancy, registers and shared
+memory per block, tensor-core (wgmma) and conversion instruction counts, and the warp stall reasons. Metric names
+differ between ncu versions and chips, so each counter lists its candidates and the profile asks for the first one
+the host's ``ncu --query-metrics`` offers; a counter none of whose names it offers is recorded as missing, not
+guessed. Clocks are left alone (`--clock-control none`), like every other measurement here. The worker brackets each
 cell's single call with cudaProfilerStart/Stop and an NVTX range named after the cell; ncu profiles only
 inside those windows and renames each kernel after its range, which is how counters map back to cells.
 """
@@ -9,21 +14,101 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-METRICS = (
-    "dram__bytes.sum",
-    "lts__t_sector_hit_rate.pct",
-    "sm__warps_active.avg.pct_of_peak_sustained_active",
+
+@dataclass(frozen=True)
+class Counter:
+    """One field of a cell's record: the first of `candidates` this ncu offers, aggregated over the cell's kernels
+    by `how` (sum, mean or max)."""
+
+    field: str
+    how: str
+    candidates: tuple[str, ...]
+
+
+# Warp stall reasons, as a share of active warps per cycle (ncu's "per_warp_active.pct" ratios): the ones the issue's
+# record names first (dependency = short scoreboard and wait, barrier, long scoreboard), then the rest.
+STALL_REASONS = (
+    "long_scoreboard", "short_scoreboard", "wait", "barrier", "math_pipe_throttle", "mio_throttle", "lg_throttle",
+    "not_selected", "selected", "no_instruction", "dispatch_stall", "branch_resolving", "membar", "sleeping",
+    "drain", "imc_miss", "tex_throttle", "misc",
+)  # fmt: skip
+STALL_PREFIX = "stall_"
+
+COUNTERS: tuple[Counter, ...] = (
+    Counter("dram_bytes", "sum", ("dram__bytes.sum",)),
+    Counter("dram_read_bytes", "sum", ("dram__bytes_read.sum",)),
+    Counter("l2_bytes", "sum", ("lts__t_bytes.sum",)),
+    Counter("l2_hit_rate_pct", "mean", ("lts__t_sector_hit_rate.pct",)),
+    Counter("achieved_occupancy_pct", "mean", ("sm__warps_active.avg.pct_of_peak_sustained_active",)),
+    Counter("registers_per_thread", "max", ("launch__registers_per_thread",)),
+    Counter("shared_mem_per_block_bytes", "max", ("launch__shared_mem_per_block",)),
+    Counter("dynamic_shared_mem_per_block_bytes", "max", ("launch__shared_mem_per_block_dynamic",)),
+    # Hopper's warpgroup MMA (wgmma) first, then the older MMA pipe.
+    Counter(
+        "tensor_instructions",
+        "sum",
+        ("sm__inst_executed_pipe_tensor_op_gmma.sum", "sm__inst_executed_pipe_tensor_op_hmma.sum"),
+    ),
+    Counter("conversion_thread_instructions", "sum", ("smsp__sass_thread_inst_executed_op_conversion_pred_on.sum",)),
+    Counter("instructions", "sum", ("smsp__inst_executed.sum",)),
+    *(
+        Counter(f"{STALL_PREFIX}{r}_pct", "mean", (f"smsp__warp_issue_stalled_{r}_per_warp_active.pct",))
+        for r in STALL_REASONS
+    ),
 )
-_NAMES = {
-    "dram__bytes.sum": "dram_bytes",
-    "lts__t_sector_hit_rate.pct": "l2_hit_rate_pct",
-    "sm__warps_active.avg.pct_of_peak_sustained_active": "achieved_occupancy_pct",
-}
+# What every ncu since 2019 offers: profiled when the query of the available metrics fails.
+CORE_FIELDS = ("dram_bytes", "l2_hit_rate_pct", "achieved_occupancy_pct")
+TOP_STALLS = 3
+
+
+@dataclass(frozen=True)
+class MetricPlan:
+    """The metrics one profile asks for, the field each feeds, and the fields this ncu could not give."""
+
+    by_metric: dict[str, Counter]
+    missing: tuple[str, ...]
+
+    @property
+    def metrics(self) -> list[str]:
+        return list(self.by_metric)
+
+
+def query_command(ncu: str) -> list[str]:
+    return [ncu, "--query-metrics"]
+
+
+def available_bases(query_output: str) -> set[str]:
+    """Base metric names (``unit__counter``) in the output of ``ncu --query-metrics``, in its table or CSV form."""
+    found = set()
+    for line in query_output.splitlines():
+        token = re.split(r'[\s,"]+', line.strip().strip('"'), maxsplit=1)[0]
+        if re.fullmatch(r"[a-z0-9]+__[a-z0-9_]+", token):
+            found.add(token)
+    return found
+
+
+def plan_metrics(bases: set[str] | None) -> MetricPlan:
+    """Each counter's first candidate whose base this ncu offers; with no query result, the core counters."""
+    by_metric: dict[str, Counter] = {}
+    missing = []
+    for counter in COUNTERS:
+        if bases is None:
+            chosen = counter.candidates[0] if counter.field in CORE_FIELDS else None
+        else:
+            # Launch statistics come from the launch itself, not from a hardware counter the query lists.
+            chosen = next((m for m in counter.candidates if m.startswith("launch__") or m.split(".", 1)[0] in bases),
+                          None)  # fmt: skip
+        if chosen is None:
+            missing.append(counter.field)
+        else:
+            by_metric[chosen] = counter
+    return MetricPlan(by_metric, tuple(missing))
 
 
 def range_name(metric_name: str, batch: int, suffix: int) -> str:
@@ -31,14 +116,14 @@ def range_name(metric_name: str, batch: int, suffix: int) -> str:
     return f"perf:{metric_name}:b{batch}:s{suffix}"
 
 
-def profile_command(ncu: str, log_file: Path, worker_command: Sequence[str]) -> list[str]:
+def profile_command(ncu: str, log_file: Path, worker_command: Sequence[str], metrics: Sequence[str]) -> list[str]:
     return [
         ncu,
         "--csv",
         "--print-units",
         "base",
         "--metrics",
-        ",".join(METRICS),
+        ",".join(metrics),
         "--clock-control",
         "none",
         "--profile-from-start",
@@ -52,14 +137,6 @@ def profile_command(ncu: str, log_file: Path, worker_command: Sequence[str]) -> 
     ]
 
 
-@dataclass
-class _Acc:
-    kernels: set[str]
-    dram_bytes: float = 0.0
-    l2: list[float] | None = None
-    occ: list[float] | None = None
-
-
 def _number(text: str) -> float | None:
     try:
         return float(text.replace(",", ""))
@@ -67,34 +144,40 @@ def _number(text: str) -> float | None:
         return None
 
 
-def parse_csv(text: str, cell_names: Sequence[str]) -> dict[str, Any]:
-    """Counters per cell: DRAM bytes summed over the cell's kernels, L2 hit rate and occupancy averaged.
+def _aggregate(how: str, values: list[float]) -> float:
+    if how == "sum":
+        return sum(values)
+    if how == "max":
+        return max(values)
+    return sum(values) / len(values)
+
+
+def parse_csv(text: str, cell_names: Sequence[str], plan: MetricPlan | None = None) -> dict[str, Any]:
+    """Counters per cell, each field aggregated over the cell's kernels as its `Counter` says (bytes and instruction
+    counts summed, rates and stall shares averaged over kernels, launch resources their maximum), plus the cell's
+    `top_stalls` (the largest stall shares, largest first).
 
     Kernels whose (renamed) name matches no cell are pooled under "unattributed" rather than dropped.
     """
+    by_metric = (plan or plan_metrics(None)).by_metric
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    acc: dict[str, _Acc] = {}
+    values: dict[str, dict[str, list[float]]] = {}
+    kernels: dict[str, set[str]] = {}
     for row in csv.DictReader(io.StringIO("\n".join(lines))):
         name = row.get("Kernel Name", "")
-        key = next((c for c in cell_names if c in name), "unattributed")
+        counter = by_metric.get(row.get("Metric Name", ""))
         value = _number(row.get("Metric Value", ""))
-        field = _NAMES.get(row.get("Metric Name", ""))
-        if value is None or field is None:
+        if counter is None or value is None:
             continue
-        a = acc.setdefault(key, _Acc(kernels=set(), l2=[], occ=[]))
-        a.kernels.add(f"{row.get('ID', '')}:{name}")
-        if field == "dram_bytes":
-            a.dram_bytes += value
-        elif field == "l2_hit_rate_pct":
-            a.l2.append(value)  # type: ignore[union-attr]
-        else:
-            a.occ.append(value)  # type: ignore[union-attr]
+        key = next((c for c in cell_names if c in name), "unattributed")
+        kernels.setdefault(key, set()).add(f"{row.get('ID', '')}:{name}")
+        values.setdefault(key, {}).setdefault(counter.field, []).append(value)
     out: dict[str, Any] = {}
-    for key, a in acc.items():
-        out[key] = {
-            "kernels": len(a.kernels),
-            "dram_bytes": a.dram_bytes,
-            "l2_hit_rate_pct": sum(a.l2) / len(a.l2) if a.l2 else None,
-            "achieved_occupancy_pct": sum(a.occ) / len(a.occ) if a.occ else None,
-        }
+    hows = {c.field: c.how for c in by_metric.values()}
+    for key, fields in values.items():
+        cell: dict[str, Any] = {"kernels": len(kernels[key])}
+        cell.update({f: _aggregate(hows[f], v) for f, v in fields.items()})
+        stalls = sorted(((v, f) for f, v in cell.items() if f.startswith(STALL_PREFIX)), reverse=True)
+        cell["top_stalls"] = [f.removeprefix(STALL_PREFIX).removesuffix("_pct") for _, f in stalls[:TOP_STALLS]]
+        out[key] = cell
     return out

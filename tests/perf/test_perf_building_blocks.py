@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from qualify.perf import bytes_model as bm
@@ -14,7 +16,7 @@ from qualify.perf.implementations import (
     default_implementations,
     load_ref,
 )
-from qualify.perf.ncu import parse_csv, range_name
+from qualify.perf.ncu import CORE_FIELDS, COUNTERS, available_bases, parse_csv, plan_metrics, range_name
 
 SHAPE = bm.AttentionShape(num_qo_heads=32, num_kv_heads=8, head_dim=128, cartridge_len=632)
 
@@ -108,3 +110,59 @@ def test_ncu_csv_is_attributed_to_cells_by_range_name() -> None:
     assert cell["achieved_occupancy_pct"] == pytest.approx(6.25)
     assert out["unattributed"]["dram_bytes"] == 5
     assert range_name("ttft_proxy_ms", 16, 128) not in out
+
+
+# `ncu --query-metrics` lists base names in a table (or CSV with --csv); the profile asks for what it offers.
+NCU_QUERY = """Device gh100 (GH100)
+------------------------------------------------------- ------------------------------------------------------
+Metric Name                                             Metric Description
+dram__bytes                                             # of bytes accessed in DRAM
+"lts__t_bytes","# of bytes requested"
+sm__inst_executed_pipe_tensor_op_hmma                   # of warp instructions executed by the tensor pipe
+smsp__warp_issue_stalled_barrier_per_warp_active        proportion of warps per cycle waiting at a barrier
+smsp__warp_issue_stalled_long_scoreboard_per_warp_active  proportion of warps waiting for an L1TEX dependency
+smsp__warp_issue_stalled_wait_per_warp_active           proportion of warps waiting on a fixed latency
+"""
+
+
+def test_the_profile_asks_for_the_first_name_of_each_counter_this_ncu_offers() -> None:
+    bases = available_bases(NCU_QUERY)
+    assert {"dram__bytes", "lts__t_bytes", "smsp__warp_issue_stalled_wait_per_warp_active"} <= bases
+    assert not {"Metric", "Device", "proportion"} & bases
+    plan = plan_metrics(bases)
+    fields = {c.field: m for m, c in plan.by_metric.items()}
+    assert fields["dram_bytes"] == "dram__bytes.sum" and fields["l2_bytes"] == "lts__t_bytes.sum"
+    assert fields["tensor_instructions"] == "sm__inst_executed_pipe_tensor_op_hmma.sum"  # no gmma here: the fallback
+    assert fields["registers_per_thread"] == "launch__registers_per_thread"  # launch statistics always come
+    assert "l2_hit_rate_pct" in plan.missing and "stall_short_scoreboard_pct" in plan.missing
+    assert set(plan.missing) | set(fields) == {c.field for c in COUNTERS}
+    # No query result: only the counters every ncu has, the rest said to be missing.
+    core = plan_metrics(None)
+    assert sorted(c.field for c in core.by_metric.values()) == sorted(CORE_FIELDS)
+    assert len(core.missing) == len(COUNTERS) - len(CORE_FIELDS)
+
+
+def test_counters_aggregate_as_their_kind_says_and_name_the_top_stalls(test_seed: int) -> None:
+    rng = random.Random(test_seed)
+    plan = plan_metrics(available_bases(NCU_QUERY))
+    name = range_name("ttft_proxy_ms", 64, 512)
+    head = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+    rows, want = [head], {"dram": 0.0, "regs": 0.0, "barrier": [], "wait": [], "long": []}
+    for kid in range(rng.randint(2, 4)):
+        dram, regs = rng.randint(1, 10**9), rng.randint(32, 255)
+        stalls = {"barrier": rng.uniform(0, 30), "wait": rng.uniform(31, 60), "long": rng.uniform(0, 5)}
+        want["dram"] += dram
+        want["regs"] = max(want["regs"], regs)
+        metrics = {"dram__bytes.sum": dram, "launch__registers_per_thread": regs,
+                   "smsp__warp_issue_stalled_barrier_per_warp_active.pct": stalls["barrier"],
+                   "smsp__warp_issue_stalled_wait_per_warp_active.pct": stalls["wait"],
+                   "smsp__warp_issue_stalled_long_scoreboard_per_warp_active.pct": stalls["long"],
+                   "not_asked_for.sum": 7}  # fmt: skip
+        for k, v in stalls.items():
+            want[k].append(v)
+        rows += [f'"{kid}","{name}","{m}","","{v:,}"' for m, v in metrics.items()]
+    cell = parse_csv("\n".join(rows), [name], plan)[name]
+    assert cell["dram_bytes"] == want["dram"] and cell["registers_per_thread"] == want["regs"]
+    assert cell["stall_barrier_pct"] == pytest.approx(sum(want["barrier"]) / len(want["barrier"]))
+    assert cell["top_stalls"] == ["wait", "barrier", "long_scoreboard"]
+    assert "not_asked_for" not in str(cell)

@@ -210,6 +210,7 @@ def _counters(ctx: RunContext, request: WorkRequest, p: PerfNonRegressionParams)
     note = "" if cell else "hardware_counters: ncu reported no kernels for this cell (see ncu.unattributed)"
     return {
         "metrics": counters["metrics"],
+        "missing": counters.get("missing", []),  # counters this ncu offers under none of their names
         "cell": cell,
         "unattributed": counters["by_cell"].get("unattributed"),
         "scope": "one call of one layer of the candidate, clocks not controlled",
