@@ -1,13 +1,21 @@
 """Per-layer times of every `kernel` implementation at the kernel record's points, measured by `qualify.perf`.
 
     python scripts/bench_attention.py --out DIR [--commit SHA] [--only decode|prefill] [--tune]
+        [--shapes qwen3-8b p16 d64 g8 g3 smollm2] [--implementations NAME ...] [--l2 cold|warm|both]
 
 A driver, not a harness: each implementation of the kernel set (`qualify.perf.implementations.KERNEL_SET`) is
 measured by the perf gate's own worker in a fresh process (`qualify.perf.launch.run_worker`) on the Qwen3-8B
 attention shape, at the points of results/2026-11-29-kernel-h200: decode at 128 and 1024 live tokens, prefill of
-128- and 512-token suffixes, batches 1, 16 and 64. A step is 36 layers, each with its own buffers; the per-layer
-time printed is the step's median over the layers. Also printed: the fused K16/V8 kernel's unique bytes per second
-against the copy bandwidth the worker measured. DIR/bench_results.json holds every worker's result.
+128- and 512-token suffixes, batches 1, 16 and 64. A step is 36 layers, each with its own buffers (`--l2 warm`: one
+set of buffers for all layers, so a layer finds the last one's data in L2); the per-layer time printed is the
+step's median over the layers. Also printed: the fused K16/V8 kernel's unique bytes per second against the copy
+bandwidth the worker measured, and its speed-up over the faster of the two shared-page baselines (FA3 and FlashInfer
+with every request's page table pointing at one copy of the cartridge pages). DIR/bench_results.json holds every
+worker's result.
+
+`--shapes` sweeps the attention shape beside the default (`SHAPES`: page size 16, head_dim 64, GQA groups 8 and 3,
+SmolLM2-135M's 9 / 3 heads of 64), one table each: the issue's measurement record. A shape FlashInfer has no
+compiled module for is JIT-compiled by the worker (minutes); `--implementations` leaves such baselines out.
 
 `--tune` first sweeps the fused kernel's candidate configurations at every point in this process (a table of
 per-layer times per configuration, DIR/sweep.json), which is what the kernel's default configuration table
@@ -24,6 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from qualify.errors import QualifyError
 from qualify.perf.implementations import KERNEL_SET
 from qualify.perf.launch import run_worker
 from qualify.perf.metrics import metric
@@ -34,6 +43,17 @@ PHASES = {  # metric -> (shape-set id, suffixes); decode runs at live = suffix (
     "ttft_proxy_ms": ("bench-prefill", [128, 512]),
 }
 BATCHES = [1, 16, 64]
+# Attention shapes of the record: (query heads, KV heads, head_dim, page size, cartridge positions). The cartridge is
+# 640 with 16-token pages so that it fills whole pages (the injection baselines copy whole pages).
+SHAPES: dict[str, tuple[int, int, int, int, int]] = {
+    "qwen3-8b": (32, 8, 128, 8, 632),
+    "p16": (32, 8, 128, 16, 640),
+    "d64": (32, 8, 64, 8, 632),
+    "g8": (64, 8, 128, 8, 632),
+    "g3": (24, 8, 128, 8, 632),
+    "smollm2": (9, 3, 64, 8, 632),
+}
+SHARED_PAGE_BASELINES = ("fa3-shared-pages-bf16", "flashinfer-shared-pages-bf16")
 DECODE_CANDIDATES = [  # (reqs_per_program, block_n, num_warps, num_stages)
     (1, 64, 4, 3), (1, 128, 4, 3), (1, 128, 4, 4), (1, 128, 8, 3), (1, 256, 8, 2), (1, 256, 4, 2),
     (2, 128, 4, 3), (2, 128, 4, 4), (2, 256, 8, 2), (4, 128, 4, 3), (4, 256, 8, 2),
@@ -44,16 +64,28 @@ PREFILL_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages)
 ]  # fmt: skip
 
 
-def shape_set(metric_name: str) -> ShapeSet:
+def shape_set(metric_name: str, variant: str = "qwen3-8b") -> ShapeSet:
     shape_id, suffixes = PHASES[metric_name]
-    return ShapeSet(id=shape_id, batches=BATCHES, suffixes=suffixes, generated_tokens=1)
+    qo, kv, d, page, cart = SHAPES[variant]
+    return ShapeSet(id=f"{shape_id}-{variant}", num_qo_heads=qo, num_kv_heads=kv, head_dim=d, page_size=page,
+                    cartridge_len=cart, batches=BATCHES, suffixes=suffixes, generated_tokens=1)  # fmt: skip
 
 
-def measure_all(metric_names: list[str], repetitions: int, timeout_s: float) -> list[WorkResult]:
+def measure_all(
+    metric_names: list[str],
+    repetitions: int,
+    timeout_s: float,
+    *,
+    variant: str,
+    l2_cold: bool,
+    implementations: list[str],
+) -> list[WorkResult]:
     """One fresh worker per (implementation, metric) that the implementation supports."""
-    timing = Timing(warmups=3, repetitions=repetitions, processes=1)
+    timing = Timing(warmups=3, repetitions=repetitions, processes=1, l2_cold=l2_cold)
     results = []
     for impl in KERNEL_SET.implementations:
+        if impl.name not in implementations:
+            continue
         for name in metric_names:
             if name not in impl.metrics:
                 continue
@@ -62,12 +94,17 @@ def measure_all(metric_names: list[str], repetitions: int, timeout_s: float) -> 
                 implementation=impl.name,
                 measure=KERNEL_SET.measure,
                 metrics=[name],  # type: ignore[list-item]
-                shape=shape_set(name).model_dump(),
+                shape=shape_set(name, variant).model_dump(),
                 timing=timing.model_dump(),
             )
             started = time.perf_counter()
-            results.append(run_worker(request, timeout_s=timeout_s))
-            print(f"[{impl.name} {name}] {time.perf_counter() - started:.0f} s", flush=True)
+            what = f"[{variant} L2-{'cold' if l2_cold else 'warm'} {impl.name} {name}]"
+            try:
+                results.append(run_worker(request, timeout_s=timeout_s))
+            except QualifyError as exc:  # one baseline that cannot run here is a row of dashes, not a lost sweep
+                print(f"{what} failed: {exc.diagnostics()[-300:]}", flush=True)
+                continue
+            print(f"{what} {time.perf_counter() - started:.0f} s", flush=True)
     return results
 
 
@@ -75,10 +112,11 @@ def per_layer_us(step_ms: list[float], layers: int) -> float:
     return statistics.median(step_ms) * 1000.0 / layers
 
 
-def table(results: list[WorkResult]) -> str:
-    names = KERNEL_SET.names()
-    head = ["phase", "B", "tokens", *names, "fused-k16v8 TB/s", "% copy bw"]
-    lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+def table(results: list[WorkResult], title: str = "") -> str:
+    names = [n for n in KERNEL_SET.names() if any(r.implementation == n for r in results)]
+    head = ["phase", "B", "tokens", *names, "fused-k16v8 TB/s", "% copy bw", "vs best shared pages"]
+    lines = [f"### {title}"] if title else []
+    lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for metric_name, (_, suffixes) in PHASES.items():
         by_impl = {r.implementation: r for r in results if r.cells and r.cells[0].metric == metric_name}
         if not by_impl:  # a phase left out with --only
@@ -86,10 +124,13 @@ def table(results: list[WorkResult]) -> str:
         for suffix in suffixes:
             for batch in BATCHES:
                 row: list[str] = [metric(metric_name).phase, str(batch), str(suffix)]
+                us: dict[str, float] = {}
                 for name in names:
                     r = by_impl.get(name)
                     cell = r.cell(metric_name, batch, suffix) if r else None
-                    row.append(f"{per_layer_us(cell.step_ms, cell.detail['layers']):.1f}" if cell else "-")
+                    if cell:
+                        us[name] = per_layer_us(cell.step_ms, cell.detail["layers"])
+                    row.append(f"{us[name]:.1f}" if name in us else "-")
                 fused = by_impl.get("fused-k16v8")
                 cell = fused.cell(metric_name, batch, suffix) if fused else None
                 if cell:
@@ -97,6 +138,8 @@ def table(results: list[WorkResult]) -> str:
                     row += [f"{tbps:.2f}", "-" if cell.pct_peak_bw is None else f"{cell.pct_peak_bw:.1f}"]
                 else:
                     row += ["-", "-"]
+                best = min((us[b] for b in SHARED_PAGE_BASELINES if b in us), default=None)
+                row.append(f"{best / us['fused-k16v8']:.2f}x" if best and "fused-k16v8" in us else "-")
                 lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
@@ -148,6 +191,11 @@ def main() -> int:
     ap.add_argument("--repetitions", type=int, default=40, help="timed steps per cell")
     ap.add_argument("--tune", action="store_true", help="sweep the fused kernel's configurations first")
     ap.add_argument("--worker-timeout", type=float, default=300.0, help="seconds per worker process")
+    ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["qwen3-8b"], help="attention shapes")
+    ap.add_argument("--implementations", nargs="+", choices=KERNEL_SET.names(), default=KERNEL_SET.names())
+    ap.add_argument(
+        "--l2", choices=["cold", "warm", "both"], default="cold", help="each layer's own buffers or one set"
+    )
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     wanted = {"decode": ["decode_tokens_per_s"], "prefill": ["ttft_proxy_ms"]}.get(args.only, list(PHASES))
@@ -158,10 +206,20 @@ def main() -> int:
     }
     if args.tune:
         (args.out / "sweep.json").write_text(json.dumps({"env": env, "sweep": sweep(wanted)}, indent=1))
-    results = measure_all(wanted, args.repetitions, args.worker_timeout)
-    doc = {"env": env, "results": [r.model_dump() for r in results]}
+    runs = []
+    for variant in args.shapes:
+        for cold in {"cold": [True], "warm": [False], "both": [True, False]}[args.l2]:
+            results = measure_all(wanted, args.repetitions, args.worker_timeout, variant=variant, l2_cold=cold,
+                                  implementations=args.implementations)  # fmt: skip
+            runs.append({"shape": variant, "l2_cold": cold, "results": results})
+    doc = {"env": env, "shapes": {v: SHAPES[v] for v in args.shapes},
+           "runs": [{**r, "results": [w.model_dump() for w in r["results"]]} for r in runs]}  # fmt: skip
     (args.out / "bench_results.json").write_text(json.dumps(doc, indent=1))
-    print(table(results))
+    for r in runs:
+        qo, kv, d, page, cart = SHAPES[r["shape"]]
+        l2 = "cold" if r["l2_cold"] else "warm"
+        title = f"{r['shape']}: {qo} / {kv} heads, head_dim {d}, page {page}, cartridge {cart}, L2 {l2}"
+        print(table(r["results"], title))
     return 0
 
 

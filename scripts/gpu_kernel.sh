@@ -11,6 +11,10 @@ shift || true
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 source .gpu/setup.sh
+# vLLM for the FA3 baseline (fa3-shared-pages-bf16): parts 1 and 2 staged by earlier calls (gpu_graphs.sh stage N),
+# part 3 carried with this one; without it that baseline's items are skipped, or its rows fail, with the reason.
+source scripts/gpu_lib.sh
+vllm_if_staged
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \
   | tee "$OUT/nvidia-smi.txt"
 if [[ ${SKIP_TESTS:-0} != 1 ]]; then

@@ -6,6 +6,8 @@
 #   keys           a throw-away signing key in $WORK/keys, made once per host
 #   vllm_env       vLLM from the staged parts (.vllm/setup.sh), the project, and cryptography for signing
 #   sign_site      cryptography for signing (see below)
+#   vllm_if_staged vLLM from staged parts when .vllm/setup.sh came with this call (part 3 staged too if carried):
+#                  for calls whose main work needs FlashInfer (.gpu) and only one baseline needs vLLM (FA3)
 log() { echo "=== $(date +%T) $*"; }
 install() { python3 -m pip show -q cartridge-qualify >/dev/null 2>&1 ||
   python3 -m pip install -q --no-build-isolation --no-deps -e . -e tests/plugins/qualify_fake_kind; }
@@ -41,4 +43,13 @@ wait_for() {
     sleep 1
   done
   ! kill -0 "$pid" 2>/dev/null
+}
+vllm_if_staged() {
+  [[ -f .vllm/setup.sh ]] || return 0
+  { [[ -d .vllm/3 ]] && bash .vllm/stage.sh 3; source .vllm/setup.sh; } >/dev/null 2>&1 ||
+    { echo "vLLM not set up: the FA3 baseline (fa3-shared-pages-bf16) is skipped or fails with the reason"; return 1; }
+  # Last on the path: FlashInfer keeps the versions it was built with (vLLM's bundle has another apache-tvm-ffi),
+  # and the FA3 baseline needs only vLLM's own package and its FA3 extension.
+  PYTHONPATH="${PYTHONPATH#/tmp/vllm-site:}:/tmp/vllm-site"
+  export PYTHONPATH
 }

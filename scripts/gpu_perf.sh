@@ -27,12 +27,10 @@ W=${PERF_WORK:-$OUT}
 STEPS=" ${PERF_STEPS:-run1 run2 slowed} "
 mkdir -p "$W"
 source .gpu/setup.sh >>"$W/perf.log" 2>&1
-# vLLM for the FA3 baseline (fa3-shared-pages-bf16), when its parts were staged by earlier calls (scripts/
-# gpu_graphs.sh stage 1, 2) and part 3 comes with this one; without it those items are skipped with the reason.
-if [[ -f .vllm/setup.sh ]]; then
-  { [[ -d .vllm/3 ]] && bash .vllm/stage.sh 3; source .vllm/setup.sh; } >>"$W/perf.log" 2>&1 ||
-    echo "vLLM not set up: the FA3 baseline's items are skipped" | tee -a "$W/perf.log"
-fi
+# vLLM for the FA3 baseline (fa3-shared-pages-bf16): parts 1 and 2 staged by earlier calls (gpu_graphs.sh stage N),
+# part 3 carried with this one; without it that baseline's items are skipped with the reason.
+source scripts/gpu_lib.sh
+vllm_if_staged >>"$W/perf.log" 2>&1 || echo "vLLM not set up (perf.log says why): the FA3 items are skipped"
 export PYTHONUNBUFFERED=1
 qualify() { python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' "$@"; }
 log() { echo "=== $(date +%T) $*" | tee -a "$W/perf.log"; }
