@@ -58,9 +58,11 @@ DECODE_CANDIDATES = [  # (reqs_per_program, block_n, num_warps, num_stages)
     (1, 64, 4, 3), (1, 128, 4, 3), (1, 128, 4, 4), (1, 128, 8, 3), (1, 256, 8, 2), (1, 256, 4, 2),
     (2, 128, 4, 3), (2, 128, 4, 4), (2, 256, 8, 2), (4, 128, 4, 3), (4, 256, 8, 2),
 ]  # fmt: skip
-PREFILL_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages)
-    (128, 64, 8, 3), (128, 64, 8, 4), (128, 128, 8, 2), (128, 128, 8, 3), (128, 32, 4, 4), (64, 64, 4, 3),
-    (64, 32, 4, 4),
+PREFILL_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_specialize)
+    (128, 64, 8, 3, False), (128, 64, 8, 4, False), (128, 128, 8, 2, False), (128, 128, 8, 3, False),
+    (128, 32, 4, 4, False), (64, 64, 4, 3, False), (64, 32, 4, 4, False),
+    # Triton's Hopper warp specialization (4 warps: one producer and two consumer warpgroups over the tile's rows).
+    (128, 32, 4, 4, True), (128, 64, 4, 3, True), (128, 64, 4, 2, True), (128, 128, 4, 2, True),
 ]  # fmt: skip
 
 
@@ -166,9 +168,9 @@ def sweep(metric_names: list[str]) -> list[dict[str, Any]]:
                         cfg = ca.decode_config(group, shape.head_dim, batch, live, reqs=r, block_n=bn, num_warps=w,
                                                num_stages=s)  # fmt: skip
                     else:
-                        bm, bn, w, s = cand
+                        bm, bn, w, s, ws = cand
                         cfg = ca.prefill_config(group, shape.head_dim, block_m=bm, block_n=bn, num_warps=w,
-                                                num_stages=s)  # fmt: skip
+                                                num_stages=s, warp_specialize=ws)  # fmt: skip
                     row: dict[str, Any] = {"phase": m.phase, "batch": batch, "tokens": suffix, "config": cfg.as_dict()}
                     try:
                         spec = cell_spec(shape, m, batch, suffix, l2_cold=True, redundant=1, device=device, seed=1234,

@@ -155,6 +155,7 @@ def cartridge_attn_kernel(
     LV_FP8: tl.constexpr,
     DOT_F32: tl.constexpr,
     SPLITS: tl.constexpr,
+    WARP_SPEC: tl.constexpr,
 ):
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -250,7 +251,7 @@ def cartridge_attn_kernel(
             )
     else:
         n_cart_full = (n_cart // BLOCK_N) * BLOCK_N
-        for start in tl.range(0, n_cart_full, BLOCK_N):
+        for start in tl.range(0, n_cart_full, BLOCK_N, warp_specialize=WARP_SPEC):
             pos = start + offs_n
             k = tl.load(ck_base + pos[:, None] * stride_ckt + offs_d[None, :])
             v = tl.load(cv_base + pos[:, None] * stride_cvt + offs_d[None, :])  # FP8 load issued before the QK dot
@@ -274,7 +275,7 @@ def cartridge_attn_kernel(
     lk_base = lk_ptr + kvh * stride_lkh
     lv_base = lv_ptr + kvh * stride_lvh
     # Tiles every row sees in full (prefill only): no mask, no bounds checks.
-    for it in tl.range(0, n_live_full):
+    for it in tl.range(0, n_live_full, warp_specialize=WARP_SPEC):
         j = it * BLOCK_N + offs_n
         page = tl.load(kv_indices_ptr + col_page0 + j // PAGE).to(tl.int64)
         slot = j % PAGE

@@ -840,7 +840,7 @@ class CartridgeAttention:
             "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n, "REQS": cfg.reqs_per_program,
             "DECODE": p.mode == "decode", "CAUSAL": p.causal,
             "CV_FP8": p.cartridge_v_dtype == K.FP8_DTYPE, "LV_FP8": p.live_v_dtype == K.FP8_DTYPE,
-            "DOT_F32": K.INTERPRETED, "SPLITS": cfg.splits,
+            "DOT_F32": K.INTERPRETED, "SPLITS": cfg.splits, "WARP_SPEC": cfg.warp_specialize,
         }  # fmt: skip
         options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
         if layer.launches is None:

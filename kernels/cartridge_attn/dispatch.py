@@ -201,6 +201,7 @@ class Specialization:
     num_warps: int
     num_stages: int
     splits: int = 1
+    warp_specialize: bool = False
 
     @property
     def key(self) -> str:
@@ -213,8 +214,9 @@ class Specialization:
     @property
     def config(self) -> K.KernelConfig:
         return K.KernelConfig(
-            self.block_m, self.block_n, self.reqs_per_program, self.num_warps, self.num_stages, self.splits
-        )
+            self.block_m, self.block_n, self.reqs_per_program, self.num_warps, self.num_stages, self.splits,
+            self.warp_specialize,
+        )  # fmt: skip
 
 
 def specialization_of(plan: Plan) -> Specialization:
@@ -235,4 +237,5 @@ def specialization_of(plan: Plan) -> Specialization:
         num_warps=c.num_warps,
         num_stages=c.num_stages,
         splits=c.splits,
+        warp_specialize=c.warp_specialize,
     )

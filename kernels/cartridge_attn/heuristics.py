@@ -40,6 +40,10 @@ class KernelConfig:
     splits : int
         Decode only: programs sharing one (request, KV head), each over its own range of cartridge + live keys;
         the last to finish combines their online-softmax states (flash-decoding). 1: no split.
+    warp_specialize : bool
+        Prefill only: Triton's warp specialization of the unmasked cartridge and live loops (on SM90 a producer
+        warpgroup loads while two consumer warpgroups split the tile's rows), so that softmax and tensor-core work
+        overlap. Triton 3.6 specializes 4-warp kernels only, so it needs ``num_warps`` 4.
     """
 
     block_m: int
@@ -48,16 +52,23 @@ class KernelConfig:
     num_warps: int
     num_stages: int
     splits: int = 1
+    warp_specialize: bool = False
 
-    def as_dict(self) -> dict[str, int]:
+    def __post_init__(self) -> None:
+        # Triton would compile any other combination without specializing: the name would claim what did not run.
+        if self.warp_specialize and (self.num_warps != 4 or self.reqs_per_program != 1 or self.splits != 1):
+            raise ValueError(f"warp_specialize needs 4 warps, one request per program and no split: {self}")
+
+    def as_dict(self) -> dict[str, int | bool]:
         return asdict(self)
 
     @property
     def tag(self) -> str:
-        """A short name, e.g. ``m16n128r2w4s3`` (block_m, block_n, reqs_per_program, warps, stages), and ``k4``
-        appended for 4 splits."""
+        """A short name, e.g. ``m16n128r2w4s3`` (block_m, block_n, reqs_per_program, warps, stages), ``k4``
+        appended for 4 splits and ``ws`` for warp specialization."""
         split = f"k{self.splits}" if self.splits > 1 else ""
-        return f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}{split}"
+        ws = "ws" if self.warp_specialize else ""
+        return f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}{split}{ws}"
 
 
 # The inputs at which the default configurations change, named once: the heuristics below read them and
@@ -153,6 +164,7 @@ def prefill_config(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    warp_specialize: bool = False,
 ) -> KernelConfig:
     """Prefill configuration; the defaults follow the H200 sweep recorded in results/2026-11-29-kernel-h200/.
 
@@ -174,4 +186,5 @@ def prefill_config(
         reqs_per_program=1,
         num_warps=num_warps if num_warps is not None else 4,
         num_stages=num_stages if num_stages is not None else (4 if deep else 3),
+        warp_specialize=warp_specialize,
     )

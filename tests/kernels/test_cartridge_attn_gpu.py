@@ -44,12 +44,14 @@ def test_qwen_decode(cart_v: torch.dtype, reqs: int | None) -> None:
 
 
 @pytest.mark.parametrize(
-    ("cart_v", "block_m"), [(V8, None), (V16, None), (V8, 64)], ids=["k16v8-default", "k16v16-default", "k16v8-bm64"]
+    ("cart_v", "block_m", "ws"),
+    [(V8, None, False), (V16, None, False), (V8, 64, False), (V8, 128, True)],
+    ids=["k16v8-default", "k16v16-default", "k16v8-bm64", "k16v8-warp-specialized"],
 )
-def test_qwen_prefill_variable_lengths(cart_v: torch.dtype, block_m: int | None) -> None:
+def test_qwen_prefill_variable_lengths(cart_v: torch.dtype, block_m: int | None, ws: bool) -> None:
     q_lens, live = [1, 17, 130, 64], [40, 17, 200, 64]
     pr = random_problem(q_lens, live, cartridge_v_dtype=cart_v, device=CUDA, **QWEN)
-    cfg = None if block_m is None else prefill_config(4, 128, block_m=block_m)
+    cfg = None if block_m is None else prefill_config(4, 128, block_m=block_m, warp_specialize=ws)
     o = run_fused(pr, config=cfg)
     assert o.attn.plan_info.mode == "prefill"
     assert_matches(o)

@@ -164,3 +164,15 @@ def test_each_default_decode_specialization_matches_the_reference(
     # The report names the compiled variant a launch used (cartridge_attn.dispatch.Specialization).
     assert kernel_identity(o.attn)["specialization"].endswith(f"/{cfg.tag}")
     assert (cfg.splits > 1) == (len(live_lens) == 2)  # only the tiny grid splits
+
+
+@pytest.mark.parametrize(("q_lens", "live_lens"), [([3, 1, 7], [5, 17, 9]), ([20], [40])])
+def test_prefill_warp_specialized(q_lens: list[int], live_lens: list[int], kernel_device: torch.device) -> None:
+    # The warp-specialized loops (compiled on SM90 as producer + consumer warpgroups) combine the same keys; the
+    # variant is its own specialization, so the numerics envelope can qualify it apart from the default.
+    pr = random_problem(q_lens, live_lens, cartridge_len=40, device=kernel_device)
+    cfg = prefill_config(4, 64, block_m=16, block_n=16, num_warps=4, warp_specialize=True)
+    o = run_fused(pr, mode="prefill", config=cfg)
+    assert_matches(o)
+    identity = kernel_identity(o.attn)
+    assert identity["config"]["warp_specialize"] is True and identity["specialization"].endswith("ws")

@@ -3,6 +3,8 @@ configuration is the one the heuristics choose for it; each region's edges are w
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from cartridge_attn import CartridgeAttention, decode_config, prefill_config, random_problem
@@ -91,3 +93,13 @@ def test_a_plans_specialization_names_its_compiled_variant(kernel_device: torch.
     assert (spec.mode, spec.group, spec.head_dim, spec.reqs_per_program) == ("decode", 4, 64, 2)
     assert spec.key.startswith("decode/bfloat16/g4/d64/p")
     assert spec.key.endswith(f"m{cfg.block_m}n{cfg.block_n}r2w{cfg.num_warps}s{cfg.num_stages}")
+
+
+def test_warp_specialization_is_named_and_needs_what_triton_specializes() -> None:
+    cfg = prefill_config(4, 128, warp_specialize=True)
+    assert cfg.warp_specialize and cfg.tag.endswith("ws") and not prefill_config(4, 128).tag.endswith("ws")
+    # Triton 3.6 specializes 4-warp kernels only; any other launch would compile unspecialized under this name.
+    with pytest.raises(ValueError, match="warp_specialize needs 4 warps"):
+        prefill_config(4, 128, warp_specialize=True, num_warps=8)
+    with pytest.raises(ValueError, match="one request per program and no split"):
+        dataclasses.replace(decode_config(4, 128, 1, 1000), warp_specialize=True)
