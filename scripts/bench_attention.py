@@ -54,9 +54,12 @@ SHAPES: dict[str, tuple[int, int, int, int, int]] = {
     "smollm2": (9, 3, 64, 8, 632),
 }
 SHARED_PAGE_BASELINES = ("fa3-shared-pages-bf16", "flashinfer-shared-pages-bf16")
-DECODE_CANDIDATES = [  # (reqs_per_program, block_n, num_warps, num_stages)
-    (1, 64, 4, 3), (1, 128, 4, 3), (1, 128, 4, 4), (1, 128, 8, 3), (1, 256, 8, 2), (1, 256, 4, 2),
-    (2, 128, 4, 3), (2, 128, 4, 4), (2, 256, 8, 2), (4, 128, 4, 3), (4, 256, 8, 2),
+DECODE_CANDIDATES = [  # (reqs_per_program, block_n, num_warps, num_stages, splits)
+    (1, 64, 4, 3, 1), (1, 128, 4, 3, 1), (1, 128, 4, 4, 1), (1, 128, 8, 3, 1), (1, 256, 8, 2, 1), (1, 256, 4, 2, 1),
+    (2, 128, 4, 3, 1), (2, 128, 4, 4, 1), (2, 256, 8, 2, 1), (4, 128, 4, 3, 1), (4, 256, 8, 2, 1),
+    # Flash-decoding: each (request, KV head) over several programs (the heuristics choose by SM count alone).
+    (1, 128, 4, 2, 2), (1, 128, 4, 2, 4), (1, 128, 4, 2, 8), (1, 128, 4, 2, 16), (1, 64, 4, 2, 4), (1, 64, 4, 2, 8),
+    (1, 64, 4, 2, 16),
 ]  # fmt: skip
 PREFILL_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_specialize)
     (128, 64, 8, 3, False), (128, 64, 8, 4, False), (128, 128, 8, 2, False), (128, 128, 8, 3, False),
@@ -164,9 +167,9 @@ def sweep(metric_names: list[str]) -> list[dict[str, Any]]:
                 live = shape.decode_live(suffix) if m.phase == "decode" else suffix
                 for cand in DECODE_CANDIDATES if m.phase == "decode" else PREFILL_CANDIDATES:
                     if m.phase == "decode":
-                        r, bn, w, s = cand
+                        r, bn, w, s, k = cand
                         cfg = ca.decode_config(group, shape.head_dim, batch, live, reqs=r, block_n=bn, num_warps=w,
-                                               num_stages=s)  # fmt: skip
+                                               num_stages=s, splits=k)  # fmt: skip
                     else:
                         bm, bn, w, s, ws = cand
                         cfg = ca.prefill_config(group, shape.head_dim, block_m=bm, block_n=bn, num_warps=w,
