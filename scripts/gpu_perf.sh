@@ -3,6 +3,7 @@
 #   1. run 1: gates/perf.yaml without the release gate, signed with a throw-away key (the "last release");
 #   2. run 2: the whole gates/perf.yaml, perf-release compared against run 1's verified envelope;
 #   3. the slowed-candidate check (gates/gpu/perf_slowed.yaml): every item must FAIL;
+#   (targets, only when PERF_STEPS names it) issue 17's decode targets (gates/gpu/perf_targets.yaml), signed;
 #   4. tables: run 1 vs run 2 (is each ratio inside the other run's CI?) and the slowed check.
 # Writes under $OUT (at most 8 files come back): perf.log, compare.txt, run1/run1.json, run1/run1.dsse.json,
 # run2/run2.json, slowed/slowed.json (+ jit-cache.tar.xz* with SAVE_CACHE=1).
@@ -68,6 +69,15 @@ if [[ $STEPS == *" run2 "* && ${SKIP_RUN2:-0} != 1 && -f $W/run1/run1.dsse.json 
   log "run 2 exit $?"
 fi
 
+t=$(step_timeout "${TARGETS_TIMEOUT:-400}" "$KEEP")
+if [[ $STEPS == *" targets "* ]] && ((t >= 30)); then
+  log "issue 17's decode targets (gates/gpu/perf_targets.yaml, signed; timeout ${t} s)"
+  timeout "$t" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' \
+    run gates/gpu/perf_targets.yaml --out "$W/targets" --name targets --sign-key "$keys/signing-key.pem" \
+    --non-release -- -v >>"$W/perf.log" 2>&1
+  log "targets exit $?"
+fi
+
 t=$(step_timeout "${SLOWED_TIMEOUT:-90}" 10)
 if [[ $STEPS != *" slowed "* ]]; then
   :
@@ -82,7 +92,7 @@ fi
 
 {
   reports=()
-  for r in "$W/run1/run1.json" "$W/run2/run2.json"; do [[ -f $r ]] && reports+=("$r"); done
+  for r in "$W/run1/run1.json" "$W/run2/run2.json" "$W/targets/targets.json"; do [[ -f $r ]] && reports+=("$r"); done
   ((${#reports[@]})) && qualify perf-summary "${reports[@]}"
   [[ -f $W/slowed/slowed.json ]] && qualify perf-summary "$W/slowed/slowed.json"
 } 2>&1 | tee "$W/compare.txt"

@@ -17,6 +17,7 @@ from qualify.registry import default_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 GATE = ROOT / "gates" / "perf.yaml"
+TARGETS = ROOT / "gates" / "gpu" / "perf_targets.yaml"
 SLOWED = ROOT / "gates" / "gpu" / "perf_slowed.yaml"
 
 BASE = """
@@ -126,3 +127,19 @@ def test_on_a_host_without_the_gpu_stack_every_perf_item_is_skipped(tmp_path: Pa
     assert report["verdict"] == "INCOMPLETE"
     assert {i["status"] for i in report["items"]} == {"skipped"}
     assert len(report["items"]) == len(compile_gate_file(GATE, default_registry()).items)
+
+
+def test_issue_17_targets_cover_every_point_once_per_page_size_and_baseline() -> None:
+    items = compile_gate_file(TARGETS, default_registry()).items
+    want = {(1, 128): 1.0, (1, 1024): 1.0, (16, 1024): 1.0, (16, 128): 1.3, (64, 128): 2.0, (64, 1024): 1.3}
+    seen: dict[tuple[int, str], dict[tuple[int, int], float]] = {}
+    for it in items:
+        p = it.params
+        assert isinstance(p, PerfNonRegressionParams) and p.candidate == "fused-k16v8"
+        assert p.metric == "decode_tokens_per_s" and p.shape.cartridge_len % p.shape.page_size == 0
+        point = (p.batch, p.shape.decode_live(p.suffix))
+        cells = seen.setdefault((p.shape.page_size, p.baseline), {})
+        assert point not in cells, (p.shape.page_size, p.baseline, point)
+        cells[point] = p.thresholds["decode_tokens_per_s"]
+    pairs = {(page, b) for page in (8, 16) for b in ("fa3-shared-pages-bf16", "flashinfer-shared-pages-bf16")}
+    assert set(seen) == pairs and all(cells == want for cells in seen.values())
