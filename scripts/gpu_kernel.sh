@@ -12,7 +12,9 @@ OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 source .gpu/setup.sh
 # vLLM for the FA3 baseline (fa3-shared-pages-bf16): parts 1 and 2 staged by earlier calls (gpu_graphs.sh stage N),
-# part 3 carried with this one; without it that baseline's items are skipped, or its rows fail, with the reason.
+# part 3 carried with this one; without it that baseline's rows fail with the reason. The whole .gpu and a vLLM part
+# pass the 64 MiB carry limit together: carry the whole .gpu in a first call (FlashInfer is unpacked into /tmp), then
+# only .gpu/setup.sh and .gpu/save-cache.sh with the part.
 source scripts/gpu_lib.sh
 vllm_if_staged
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv \

@@ -7,10 +7,12 @@
 #   4. tables: run 1 vs run 2 (is each ratio inside the other run's CI?) and the slowed check.
 # Writes under $OUT (at most 8 files come back): perf.log, compare.txt, run1/run1.json, run1/run1.dsse.json,
 # run2/run2.json, slowed/slowed.json (+ jit-cache.tar.xz* with SAVE_CACHE=1).
-# Timeouts per step (s): RUN1_TIMEOUT (240), RUN2_TIMEOUT (240), SLOWED_TIMEOUT (90); SKIP_RUN2=1 skips step 2.
-# The FA3 baseline needs vLLM: stage its parts 1 and 2 first (`bash scripts/gpu_graphs.sh stage N`, after one call
-# that carried .gpu so that FlashInfer is unpacked in /tmp), then carry .vllm/3, MANIFEST, stage.sh and setup.sh
-# with .gpu/setup.sh (the whole .gpu and a vLLM part together pass the 64 MiB carry limit).
+# Timeouts per step (s): RUN1_TIMEOUT (420: 7 implementations x 3 processes, the FA3 one importing vLLM), RUN2_TIMEOUT
+# (240), TARGETS_TIMEOUT (400; TARGETS_K selects items, e.g. "p8"), SLOWED_TIMEOUT (90); SKIP_RUN2=1 skips step 2.
+# Within one call's BUDGET run 1 leaves no room for run 2: give run 2 and targets calls of their own (PERF_STEPS).
+# The FA3 baseline needs vLLM: one call that carries the whole .gpu (FlashInfer unpacked into /tmp), then its parts 1
+# and 2 (`bash scripts/gpu_graphs.sh stage N`), then this script carrying .gpu/setup.sh and .gpu/save-cache.sh (not
+# the whole .gpu: with a vLLM part it passes the 64 MiB carry limit) with .vllm/3, MANIFEST, stage.sh and setup.sh.
 # Split over several device calls (the host keeps /tmp while it stays up between back-to-back calls):
 # PERF_STEPS (default "run1 run2 slowed") picks the steps, PERF_WORK (default $OUT) is where results live between
 # calls (e.g. /tmp/perf-work); then everything under PERF_WORK also comes back as $OUT/perf.tar.gz. A later call
@@ -52,7 +54,7 @@ keys=$W/keys
 export QUALIFY_BASELINE_PUBLIC_KEY=$keys/signing-key.pub.pem
 
 if [[ $STEPS == *" run1 "* ]]; then
-  t=$(step_timeout "${RUN1_TIMEOUT:-240}" "$KEEP")
+  t=$(step_timeout "${RUN1_TIMEOUT:-420}" "$KEEP")
   log "run 1 (no release gate, signed; timeout ${t} s)"
   timeout "$t" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' \
     run gates/perf.yaml -k 'not release' --out "$W/run1" --name run1 --sign-key "$keys/signing-key.pem" \
@@ -73,8 +75,8 @@ t=$(step_timeout "${TARGETS_TIMEOUT:-400}" "$KEEP")
 if [[ $STEPS == *" targets "* ]] && ((t >= 30)); then
   log "issue 17's decode targets (gates/gpu/perf_targets.yaml, signed; timeout ${t} s)"
   timeout "$t" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' \
-    run gates/gpu/perf_targets.yaml --out "$W/targets" --name targets --sign-key "$keys/signing-key.pem" \
-    --non-release -- -v >>"$W/perf.log" 2>&1
+    run gates/gpu/perf_targets.yaml ${TARGETS_K:+-k "$TARGETS_K"} --out "$W/targets" --name targets \
+    --sign-key "$keys/signing-key.pem" --non-release -- -v >>"$W/perf.log" 2>&1
   log "targets exit $?"
 fi
 

@@ -39,6 +39,9 @@ STALL_REASONS = (
     "drain", "imc_miss", "tex_throttle", "misc",
 )  # fmt: skip
 STALL_PREFIX = "stall_"
+# Recorded, never ranked among the top stalls: "selected" is the warp issuing, "not_selected" an eligible warp
+# another one beat to the issue slot.
+NOT_STALLS = frozenset({f"{STALL_PREFIX}selected_pct", f"{STALL_PREFIX}not_selected_pct"})
 
 COUNTERS: tuple[Counter, ...] = (
     Counter("dram_bytes", "sum", ("dram__bytes.sum",)),
@@ -62,7 +65,8 @@ COUNTERS: tuple[Counter, ...] = (
         for r in STALL_REASONS
     ),
 )
-# What every ncu since 2019 offers: profiled when the query of the available metrics fails.
+# What every ncu since 2019 offers: profiled, with the launch statistics, when the query of the available metrics
+# fails.
 CORE_FIELDS = ("dram_bytes", "l2_hit_rate_pct", "achieved_occupancy_pct")
 TOP_STALLS = 3
 
@@ -99,7 +103,8 @@ def plan_metrics(bases: set[str] | None) -> MetricPlan:
     missing = []
     for counter in COUNTERS:
         if bases is None:
-            chosen = counter.candidates[0] if counter.field in CORE_FIELDS else None
+            known = counter.field in CORE_FIELDS or counter.candidates[0].startswith("launch__")
+            chosen = counter.candidates[0] if known else None
         else:
             # Launch statistics come from the launch itself, not from a hardware counter the query lists.
             chosen = next((m for m in counter.candidates if m.startswith("launch__") or m.split(".", 1)[0] in bases),
@@ -177,7 +182,8 @@ def parse_csv(text: str, cell_names: Sequence[str], plan: MetricPlan | None = No
     for key, fields in values.items():
         cell: dict[str, Any] = {"kernels": len(kernels[key])}
         cell.update({f: _aggregate(hows[f], v) for f, v in fields.items()})
-        stalls = sorted(((v, f) for f, v in cell.items() if f.startswith(STALL_PREFIX)), reverse=True)
+        stalls = sorted(((v, f) for f, v in cell.items() if f.startswith(STALL_PREFIX) and f not in NOT_STALLS),
+                        reverse=True)  # fmt: skip
         cell["top_stalls"] = [f.removeprefix(STALL_PREFIX).removesuffix("_pct") for _, f in stalls[:TOP_STALLS]]
         out[key] = cell
     return out

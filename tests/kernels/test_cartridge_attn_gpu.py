@@ -6,6 +6,8 @@ _cartridge_attn_check.run_fused), so an unwritten element or a NaN fails the com
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import torch
 from _cartridge_attn_check import assert_matches, run_fused
@@ -53,6 +55,9 @@ def test_qwen_prefill_variable_lengths(cart_v: torch.dtype, block_m: int | None,
     pr = random_problem(q_lens, live, cartridge_v_dtype=cart_v, device=CUDA, **QWEN)
     cfg = None if block_m is None else prefill_config(4, 128, block_m=block_m, warp_specialize=ws)
     o = run_fused(pr, config=cfg)
+    # Triton skips the specialization silently when it cannot partition the loop: the compiled IR must hold the
+    # warp-specialize op (not only the loop attribute that asked for it), or the "ws" variant is the default one.
+    assert (re.search(r"\bttg\.warp_specialize\b", o.attn.last_compiled.asm["ttgir"]) is not None) == ws
     assert o.attn.plan_info.mode == "prefill"
     assert_matches(o)
 

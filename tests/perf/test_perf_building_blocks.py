@@ -138,8 +138,9 @@ def test_the_profile_asks_for_the_first_name_of_each_counter_this_ncu_offers() -
     assert set(plan.missing) | set(fields) == {c.field for c in COUNTERS}
     # No query result: only the counters every ncu has, the rest said to be missing.
     core = plan_metrics(None)
-    assert sorted(c.field for c in core.by_metric.values()) == sorted(CORE_FIELDS)
-    assert len(core.missing) == len(COUNTERS) - len(CORE_FIELDS)
+    launch = {c.field for c in COUNTERS if c.candidates[0].startswith("launch__")}
+    assert {c.field for c in core.by_metric.values()} == set(CORE_FIELDS) | launch
+    assert len(core.missing) == len(COUNTERS) - len(CORE_FIELDS) - len(launch)
 
 
 def test_counters_aggregate_as_their_kind_says_and_name_the_top_stalls(test_seed: int) -> None:
@@ -165,4 +166,10 @@ def test_counters_aggregate_as_their_kind_says_and_name_the_top_stalls(test_seed
     assert cell["dram_bytes"] == want["dram"] and cell["registers_per_thread"] == want["regs"]
     assert cell["stall_barrier_pct"] == pytest.approx(sum(want["barrier"]) / len(want["barrier"]))
     assert cell["top_stalls"] == ["wait", "barrier", "long_scoreboard"]
+    # An issuing warp is no stall: a large "selected" share is recorded and never ranked.
+    selected = "smsp__warp_issue_stalled_selected_per_warp_active.pct"
+    extra = [f'"9","{name}","{selected}","","99"']
+    plan_all = plan_metrics(available_bases(NCU_QUERY + "smsp__warp_issue_stalled_selected_per_warp_active x\n"))
+    cell = parse_csv("\n".join(rows + extra), [name], plan_all)[name]
+    assert cell["stall_selected_pct"] == 99 and "selected" not in cell["top_stalls"]
     assert "not_asked_for" not in str(cell)

@@ -137,6 +137,9 @@ def test_issue_17_targets_cover_every_point_once_per_page_size_and_baseline() ->
         p = it.params
         assert isinstance(p, PerfNonRegressionParams) and p.candidate == "fused-k16v8"
         assert p.metric == "decode_tokens_per_s" and p.shape.cartridge_len % p.shape.page_size == 0
+        # Each baseline needs only its own library: without vLLM the FlashInfer items still run, and the reverse.
+        library = "vllm" if p.baseline.startswith("fa3") else "flashinfer"
+        assert set(it.requires) == {"cuda", "sm90", "triton", library}
         point = (p.batch, p.shape.decode_live(p.suffix))
         cells = seen.setdefault((p.shape.page_size, p.baseline), {})
         assert point not in cells, (p.shape.page_size, p.baseline, point)
