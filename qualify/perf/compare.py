@@ -82,6 +82,7 @@ class CellKey:
     metric: Metric
     batch: int
     suffix: int
+    stream: str | None = None  # a serving shape's named stream
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,7 @@ def compare_cell(
     worst = ci.low if m.direction is Direction.HIGHER_IS_BETTER else ci.high
     outcome = outcome_of(decision, strict=strict)
     check = Check(
-        name=f"{m.name} ratio b{key.batch} s{key.suffix}",
+        name=f"{m.name} ratio b{key.batch} s{key.suffix}" + (f" {key.stream}" if key.stream else ""),
         observed=ci.ratio,
         operator=m.operator,
         threshold=threshold,
@@ -149,6 +150,7 @@ def compare_cell(
         "metric": m.name,
         "batch": key.batch,
         "suffix": key.suffix,
+        "stream": key.stream,
         "candidate": candidate.name,
         "baseline": baseline.name,
         "ratio": ci.ratio,

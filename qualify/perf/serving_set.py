@@ -5,7 +5,8 @@ The equal-memory comparison of issue 16: every layout's engine gets the same KV 
 cartridge costs no pages per request, K16/V8 pages 3/4 of BF16 ones, injection the whole cartridge per request),
 and vLLM's scheduler queues the rest. Per (clients, suffix) cell the worker serves one warm-up stream and then
 `repetitions` timed streams of `shape.stream_requests` requests (`qualify.serve.stream`): closed loop with `clients`
-clients, or Poisson arrivals at `shape.arrival_rate_per_s` with at most `clients` in the engine. Samples per
+clients, or Poisson arrivals at `shape.arrival_rate_per_s` with at most `clients` in the engine; with
+`shape.streams`, each named stream in turn from the same engine (its cells carry the stream's id). Samples per
 repetition: completed requests/s, output tokens/s, TTFT and ITL percentiles. The cells' detail records the KV
 capacity, the tokens a request holds and the requests that fit, the peak in the engine, and (prefix-cached
 layouts) the cartridge positions the prefix cache served; a prefix-cached worker whose cache did not serve the
@@ -27,7 +28,7 @@ from typing import Any
 from qualify.perf.engine_set import check_cartridge_shared, engine_gpu_facts, finish_run, kv_tokens, run_method
 from qualify.perf.gpu_info import read_clocks
 from qualify.perf.metrics import METRICS
-from qualify.perf.spec import Cell, WorkRequest, WorkResult
+from qualify.perf.spec import Cell, ServingStream, ShapeSet, WorkRequest, WorkResult
 from qualify.serve.dispatch_log import cartridge_positions, dispatch_log_in, read_dispatch_log
 from qualify.serve.engine import (
     build_llm,
@@ -56,18 +57,27 @@ def _prompts(
         yield {"prompt_token_ids": prompt_token_ids(lay, questions, cartridge_len, placeholder)[0]}
 
 
+def _stream_kind(shape: ShapeSet, stream: ServingStream | None) -> tuple[int, float | None, str]:
+    """(requests, Poisson rate or None, request-id prefix) of a named stream, or of the shape's one stream."""
+    if stream is None:
+        return int(shape.stream_requests or 0), shape.arrival_rate_per_s, ""
+    return stream.requests, stream.arrival_rate_per_s, f"{stream.id}-"
+
+
 def _serve_cell(
-    engine: Any, lay: Any, shape: Any, timing: Any, log: Path, prompts: Iterator, params: Any, clients: int,
-    suffix: int, shared_once: int, seed: int,
+    engine: Any, lay: Any, kind: tuple[int, float | None, str], timing: Any, log: Path, prompts: Iterator,
+    params: Any, clients: int, suffix: int, shared_once: int, seed: int,
 ) -> tuple[list[dict[str, float]], list[int], str]:  # fmt: skip
     """Warm-up streams, then the timed ones: (their metrics, the least cartridge positions cached in each, label)."""
+    requests, rate, prefix = kind
     runs, cached, label = [], [], ""
     for rep in range(timing.warmups + timing.repetitions):
-        spec = StreamSpec(shape.stream_requests, clients, shape.arrival_rate_per_s, seed=seed * 1000 + rep)
+        spec = StreamSpec(requests, clients, rate, seed=seed * 1000 + rep)
         label = spec.label
         before = len(cartridge_positions(log))
         with gc_pauses() as pauses:
-            traces, wall = serve_stream(engine, prompts, params, spec, request_prefix=f"s{suffix}c{clients}r{rep}")
+            traces, wall = serve_stream(engine, prompts, params, spec,
+                                        request_prefix=f"{prefix}s{suffix}c{clients}r{rep}")  # fmt: skip
         hits = cartridge_positions(log)[before:]
         if rep < timing.warmups:
             continue
@@ -82,8 +92,10 @@ def measure(request: WorkRequest) -> WorkResult:
     shape = request.shape_set()
     timing = request.timing_config()
     settings = shape.engine or EngineSettings()
-    if shape.stream_requests is None or settings.kv_cache_memory_bytes is None:
-        raise ValueError("the serving set needs shape.stream_requests and shape.engine.kv_cache_memory_bytes")
+    if (shape.stream_requests is None and not shape.streams) or settings.kv_cache_memory_bytes is None:
+        raise ValueError(
+            "the serving set needs shape.stream_requests (or shape.streams) and shape.engine.kv_cache_memory_bytes"
+        )
     lay = get_layout(request.implementation)
     gen = shape.generated_tokens
     vocab = int(settings.hf_config()["vocab_size"])
@@ -103,9 +115,10 @@ def measure(request: WorkRequest) -> WorkResult:
         for suffix in shape.suffixes:
             own, shared_once = kv_tokens(lay, shape.cartridge_len, suffix + gen, capacity["block_size"])
             fit = (capacity["tokens"] - shared_once) // own
-            for clients in shape.batches:
+            for clients, stream in ((c, st) for c in shape.batches for st in shape.serving_streams()):
                 prompts = _prompts(lay, suffix, vocab, rng, shape.cartridge_len, settings.placeholder_token_id)
-                runs, cached, label = _serve_cell(llm.llm_engine, lay, shape, timing, log, prompts, params, clients,
+                kind = _stream_kind(shape, stream)
+                runs, cached, label = _serve_cell(llm.llm_engine, lay, kind, timing, log, prompts, params, clients,
                                                   suffix, shared_once, request.seed)  # fmt: skip
                 detail = {
                     "stream": label,
@@ -121,10 +134,11 @@ def measure(request: WorkRequest) -> WorkResult:
                     "cartridge_positions_cached": cached,
                     **{m: [r[m] for r in runs] for m in STREAM_METRICS},
                 }
-                step_ms = [1e3 * shape.stream_requests / r["completed_requests_per_s"] for r in runs]
+                step_ms = [1e3 * kind[0] / r["completed_requests_per_s"] for r in runs]
                 cells += [
-                    Cell(metric=m, batch=clients, suffix=suffix, live=suffix + gen, samples=[r[m] for r in runs],
-                         step_ms=step_ms, bytes_moved=0, method=method, detail=detail)
+                    Cell(metric=m, batch=clients, suffix=suffix, stream=stream.id if stream else None,
+                         live=suffix + gen, samples=[r[m] for r in runs], step_ms=step_ms, bytes_moved=0,
+                         method=method, detail=detail)
                     for m in request.metrics
                     if m in STREAM_METRICS
                 ]  # fmt: skip

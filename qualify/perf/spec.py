@@ -14,6 +14,15 @@ from qualify.schema.models import StrictModel
 from qualify.serve.settings import EngineSettings
 
 
+class ServingStream(StrictModel):
+    """One request stream of a serving shape: `requests` completed requests, closed loop (every client sends its
+    next request when its last one finished) or Poisson arrivals at `arrival_rate_per_s`."""
+
+    id: str = Field(pattern=r"^[a-z0-9][a-z0-9_-]*$")
+    requests: int = Field(ge=1)
+    arrival_rate_per_s: float | None = Field(default=None, gt=0)
+
+
 class ShapeSet(StrictModel):
     """One model's attention shape with the batches and suffixes one worker process measures together.
 
@@ -36,9 +45,12 @@ class ShapeSet(StrictModel):
     # the question tokens each prompt carries after the cartridge.
     engine: EngineSettings | None = None
     # The serving set only (qualify.perf.serving_set): `batches` are then the clients (most requests in the
-    # engine at once) of a stream of `stream_requests` requests, closed loop, or Poisson at `arrival_rate_per_s`.
+    # engine at once) of a stream of `stream_requests` requests, closed loop, or Poisson at `arrival_rate_per_s`;
+    # or, with `streams`, of each named stream in turn from one engine (an item picks one with `stream`), so that
+    # one engine start serves every kind of stream a comparison needs.
     stream_requests: int | None = Field(default=None, ge=1)
     arrival_rate_per_s: float | None = Field(default=None, gt=0)
+    streams: list[ServingStream] | None = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _positive(self) -> ShapeSet:
@@ -46,7 +58,18 @@ class ShapeSet(StrictModel):
             raise ValueError("batches and suffixes must be positive")
         if len(set(self.batches)) != len(self.batches) or len(set(self.suffixes)) != len(self.suffixes):
             raise ValueError("batches and suffixes must not repeat")
+        if self.streams is not None:
+            if self.stream_requests is not None or self.arrival_rate_per_s is not None:
+                raise ValueError("streams replaces stream_requests and arrival_rate_per_s: give one or the other")
+            ids = [st.id for st in self.streams]
+            if len(set(ids)) != len(ids):
+                raise ValueError(f"stream ids must not repeat: {ids}")
         return self
+
+    def serving_streams(self) -> list[ServingStream | None]:
+        """The streams a serving worker serves: the named ones, else the one stream of `stream_requests` (None:
+        its cells carry no stream id)."""
+        return list(self.streams) if self.streams else [None]
 
     def decode_live(self, suffix: int) -> int:
         return suffix + self.generated_tokens // 2
@@ -129,11 +152,13 @@ class WorkRequest(_Wire):
 
 
 class Cell(_Wire):
-    """One (metric, batch, suffix) of one implementation: the per-repetition samples in the metric's unit."""
+    """One (metric, batch, suffix[, stream]) of one implementation: the per-repetition samples in the metric's
+    unit."""
 
     metric: MetricName
     batch: int
     suffix: int
+    stream: str | None = None  # the serving shape's named stream (ShapeSet.streams), else None
     live: int  # live tokens per request the attention ran over
     samples: list[float]
     step_ms: list[float]  # the timed quantity per repetition (decode step or TTFT proxy), in ms
@@ -157,9 +182,13 @@ class WorkResult(_Wire):
     wall_s: float = 0.0
     notes: list[str] = Field(default_factory=list)
 
-    def cell(self, metric: str, batch: int, suffix: int) -> Cell:
+    def cell(self, metric: str, batch: int, suffix: int, stream: str | None = None) -> Cell:
         for c in self.cells:
-            if (c.metric, c.batch, c.suffix) == (metric, batch, suffix):
+            if (c.metric, c.batch, c.suffix, c.stream) == (metric, batch, suffix, stream):
                 return c
-        have = ", ".join(f"{c.metric}/b{c.batch}/s{c.suffix}" for c in self.cells) or "none"
-        raise KeyError(f"{self.implementation}: no cell {metric}/b{batch}/s{suffix} (measured: {have})")
+
+        def name(metric: str, batch: int, suffix: int, stream: str | None) -> str:
+            return f"{metric}/b{batch}/s{suffix}" + (f"/{stream}" if stream else "")
+
+        have = ", ".join(name(c.metric, c.batch, c.suffix, c.stream) for c in self.cells) or "none"
+        raise KeyError(f"{self.implementation}: no cell {name(metric, batch, suffix, stream)} (measured: {have})")

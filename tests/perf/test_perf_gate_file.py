@@ -146,3 +146,25 @@ def test_issue_17_targets_cover_every_point_once_per_page_size_and_baseline() ->
         cells[point] = p.thresholds["decode_tokens_per_s"]
     pairs = {(page, b) for page in (8, 16) for b in ("fa3-shared-pages-bf16", "flashinfer-shared-pages-bf16")}
     assert set(seen) == pairs and all(cells == want for cells in seen.values())
+
+
+def test_named_streams_need_an_item_to_pick_one(tmp_path: Path) -> None:
+    from qualify.perf.spec import ShapeSet
+
+    base = {"id": "s", "batches": [4], "suffixes": [8]}
+    streams = [{"id": "closed", "requests": 10}, {"id": "poisson", "requests": 5, "arrival_rate_per_s": 2.0}]
+    with pytest.raises(ValueError, match="give one or the other"):
+        ShapeSet(**base, stream_requests=10, streams=streams)
+    with pytest.raises(ValueError, match="must not repeat"):
+        ShapeSet(**base, streams=[streams[0], streams[0]])
+    serving = ROOT / "gates" / "engine_serving.yaml"
+    items = compile_gate_file(serving, default_registry()).items
+    named = {it.params.stream for it in items}  # type: ignore[attr-defined]
+    assert named == {"closed", "poisson24"}
+    # One shape for both gates: one engine per process serves both kinds of stream.
+    assert len({it.params.shape.model_dump_json() for it in items}) == 1  # type: ignore[attr-defined]
+    text = serving.read_text()
+    unnamed = tmp_path / "unnamed.yaml"
+    unnamed.write_text(text.replace("      stream: [poisson24]\n", ""))
+    with pytest.raises(GateFileError, match="must name one of them"):
+        compile_gate_file(unnamed, default_registry())

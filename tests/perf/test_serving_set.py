@@ -114,3 +114,20 @@ def test_the_serving_set_lists_every_layout_with_the_stream_metrics() -> None:
     s = default_implementations().get_set("serving")
     assert s.names() == list(LAYOUTS)
     assert all(s.get(n).metrics == set(serving_set.STREAM_METRICS) for n in s.names())
+
+
+def test_named_streams_are_served_in_turn_by_one_engine(fake_vllm, monkeypatch: pytest.MonkeyPatch) -> None:
+    builds = []
+    real = serving_set.build_llm
+    monkeypatch.setattr(serving_set, "build_llm", lambda *a, **k: builds.append(a[0].name) or real(*a, **k))
+    streams = [{"id": "closed", "requests": 12}, {"id": "poisson", "requests": 8, "arrival_rate_per_s": 4000.0}]
+    shape = {k: v for k, v in SHAPE.items() if k != "stream_requests"} | {"streams": streams}
+    result = serving_set.measure(_request("shared-k16v8").model_copy(update={"shape": shape}))
+    assert builds == ["shared-k16v8"]  # one engine start for both kinds of stream
+    closed = result.cell("completed_requests_per_s", 6, 5, "closed")
+    poisson = result.cell("completed_requests_per_s", 6, 5, "poisson")
+    assert "closed loop" in closed.detail["stream"] and "Poisson" in poisson.detail["stream"]
+    assert closed.detail["stream"].startswith("12 requests") and poisson.detail["stream"].startswith("8 requests")
+    assert len(result.cells) == 2 * len(serving_set.STREAM_METRICS)
+    with pytest.raises(KeyError, match="completed_requests_per_s/b6/s5/poisson"):
+        result.cell("completed_requests_per_s", 6, 5)  # an item must name its stream

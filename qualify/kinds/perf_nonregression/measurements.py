@@ -21,6 +21,7 @@ class PerfNonRegressionMeasurements(MeasurementModel):
     metric: str
     batch: int
     suffix: int
+    stream: str | None = None  # a serving shape's named stream
     candidate: str
     baseline: str
     ratio: float

@@ -33,6 +33,7 @@ class PerfNonRegressionParams(KindParams):
     metric: MetricName
     batch: int = Field(ge=1)
     suffix: int = Field(ge=1)
+    stream: str | None = None  # a serving shape's named stream (ShapeSet.streams); None for every other shape
     shape: ShapeSet
     # Ratio thresholds per metric: tokens/s ratios must be >= theirs, TTFT ratios <= theirs.
     thresholds: dict[MetricName, float] = Field(min_length=1)
@@ -87,6 +88,11 @@ def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
         for name in p.rotation:
             if name not in impl_set.names():
                 issues.append(LintIssue(("rotation",), f"{name!r} is not in the {p.implementation_set} set"))
+    named = [st.id for st in p.shape.streams or []]
+    if named and p.stream not in named:
+        issues.append(LintIssue(("stream",), f"the shape serves streams {named}: the item must name one of them"))
+    elif not named and p.stream is not None:
+        issues.append(LintIssue(("stream",), f"stream {p.stream!r}, but the shape names no streams"))
     if p.metric not in p.thresholds:
         issues.append(LintIssue(("thresholds",), f"no threshold for metric {p.metric}"))
     for name, value in p.thresholds.items():

@@ -128,7 +128,7 @@ def _measure_rotation(
 
 
 def _side(results: list[WorkResult], p: PerfNonRegressionParams, label: str) -> tuple[Side, Any]:
-    cells = [r.cell(p.metric, p.batch, p.suffix) for r in results]
+    cells = [r.cell(p.metric, p.batch, p.suffix, p.stream) for r in results]
     pct = [c.pct_peak_bw for c in cells if c.pct_peak_bw is not None]
     side = Side(
         name=label,
@@ -169,6 +169,8 @@ def _release_side(item: GateItem, ctx: RunContext, p: PerfNonRegressionParams) -
         "batch": p.batch,
         "suffix": p.suffix,
     }
+    if p.stream is not None:  # reports from before named streams hold none
+        want["stream"] = p.stream
     base_item = find_candidate_item(report, envelope, want)
     m = base_item.get("measurements") or {}
     grouped = m.get("candidate_process_samples")
@@ -266,7 +268,7 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
             "process-to-process variation between runs"
         )
     comparison = compare_cell(
-        CellKey(m, p.batch, p.suffix),
+        CellKey(m, p.batch, p.suffix, p.stream),
         candidate,
         baseline,
         p.thresholds[p.metric],
