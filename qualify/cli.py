@@ -356,7 +356,7 @@ def cmd_serve_loss(args: argparse.Namespace) -> int:
 
 
 def cmd_serve_summary(args: argparse.Namespace) -> int:
-    from qualify.perf.engine_summary import summary_command
+    from qualify.perf.serve_tables import summary_command
 
     return summary_command(args.runs_dir, args.out)
 
@@ -465,9 +465,9 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     boolq.add_argument("--eval-set", required=True, type=Path)
     loss.set_defaults(func=cmd_serve_loss)
 
-    summary = sub.add_parser("serve-summary", help="the engine-level table of a folder of per-layout engine runs")
+    summary = sub.add_parser("serve-summary", help="engine and serving tables of a folder of per-layout runs")
     summary.add_argument("runs_dir", type=Path, metavar="RUNS_DIR", help="<layout>.p<process>.json files")
-    summary.add_argument("--out", type=Path, help="also write the table's rows as JSON")
+    summary.add_argument("--out", type=Path, help="also write the tables' rows as JSON")
     summary.set_defaults(func=cmd_serve_summary)
 
     perf_summary = sub.add_parser(

@@ -1,6 +1,5 @@
-"""The engine benchmark's layout table, with ratios against the baselines users run.
-
-    qualify serve-summary RUNS_DIR [--out summary.json]
+"""The engine benchmark's layout table, with ratios against the baselines users run (`qualify serve-summary
+RUNS_DIR [--out summary.json]`, beside the serving streams' table: `qualify.perf.serve_tables`).
 
 RUNS_DIR holds ``<layout>.p<process>.json`` files (`qualify.perf.engine_set` writes them when
 ``QUALIFY_ENGINE_RUNS_DIR`` is set; a file named ``<layout>.json`` is read as process 0). Per (batch, suffix)
@@ -15,7 +14,6 @@ so that a slow process is seen as the host's and not the layout's.
 
 from __future__ import annotations
 
-import json
 import re
 import statistics
 from pathlib import Path
@@ -31,17 +29,23 @@ ORDER = tuple(LAYOUTS)  # the serving layouts in their declared order
 _RUN_FILE = re.compile(r"^(?P<layout>.+?)(?:\.p(?P<process>\d+))?\.json$")
 
 
-def load_runs(runs_dir: Path) -> dict[str, list[WorkResult]]:
-    """Each layout's runs, in process order."""
+def load_runs(runs_dir: Path, implementation_set: str = "engine") -> dict[str, list[WorkResult]]:
+    """Each layout's runs of one implementation set (the engine and serving sets share the folder), in process
+    order; SystemExit when the folder holds none."""
+    runs = find_runs(runs_dir, implementation_set)
+    if not runs:
+        raise SystemExit(f"{runs_dir}: no <layout>.p<process>.json run files of the {implementation_set} set")
+    return runs
+
+
+def find_runs(runs_dir: Path, implementation_set: str) -> dict[str, list[WorkResult]]:
     runs: dict[str, list[WorkResult]] = {}
     for path in sorted(runs_dir.glob("*.json")):
         if not _RUN_FILE.match(path.name):
             continue
         result = WorkResult.model_validate_json(path.read_text())
-        if result.implementation_set == "engine":  # the serving set's streams share the folder
+        if result.implementation_set == implementation_set:
             runs.setdefault(result.implementation, []).append(result)
-    if not runs:
-        raise SystemExit(f"{runs_dir}: no <layout>.p<process>.json run files")
     return {name: sorted(rs, key=lambda r: r.process) for name, rs in runs.items()}
 
 
@@ -49,7 +53,8 @@ def _groups(runs: list[WorkResult], metric: str, batch: int, suffix: int) -> lis
     return [list(r.cell(metric, batch, suffix).samples) for r in runs]
 
 
-def _delta(cand: list[list[float]], ref: list[list[float]]) -> dict[str, Any]:
+def ratio_ci(cand: list[list[float]], ref: list[list[float]]) -> dict[str, Any]:
+    """The median ratio cand / ref with its 95 % CI over processes (bootstrap over repetitions with one each)."""
     ci = process_t_median_ratio_ci(cand, ref, n_resamples=4000, seed=0)
     return {"ratio": ci.ratio, "low": ci.low, "high": ci.high, "method": ci.method}
 
@@ -99,8 +104,8 @@ def summarize(runs: dict[str, list[WorkResult]]) -> list[dict[str, Any]]:
             }
             for ref in refs:
                 if ref != name:
-                    row[f"tok_s_vs_{ref}"] = _delta(tok, _groups(runs[ref], "output_tokens_per_s", batch, suffix))
-                    row[f"ttft_p50_vs_{ref}"] = _delta(ttft, _groups(runs[ref], "ttft_p50_ms", batch, suffix))
+                    row[f"tok_s_vs_{ref}"] = ratio_ci(tok, _groups(runs[ref], "output_tokens_per_s", batch, suffix))
+                    row[f"ttft_p50_vs_{ref}"] = ratio_ci(ttft, _groups(runs[ref], "ttft_p50_ms", batch, suffix))
             rows.append(row)
     return rows
 
@@ -122,7 +127,7 @@ def _per_process(r: dict[str, Any]) -> str:
     return " ".join(parts) or "-"
 
 
-def _pct(d: dict[str, Any] | None) -> str:
+def format_ratio(d: dict[str, Any] | None) -> str:
     if not d:
         return "-"
     flat = "" if d["method"] == "process-t" else f" ({d['method']})"
@@ -137,7 +142,7 @@ def render(rows: list[dict[str, Any]]) -> str:
     head += ["per process: TTFT p50 ms / host probe us"]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
-        deltas = [_pct(r.get(f"{m}_vs_{ref}")) for ref in refs for m in ("tok_s", "ttft_p50")]
+        deltas = [format_ratio(r.get(f"{m}_vs_{ref}")) for ref in refs for m in ("tok_s", "ttft_p50")]
         cells = [
             r["batch"], r["layout"], r["processes"], f"{r['output_tok_s']:.1f}", f"{r['requests_s']:.2f}",
             f"{r['ttft_p50_ms']:.1f}", f"{r['ttft_p95_ms']:.1f}", *deltas, r["kv_capacity_tokens"],
@@ -145,12 +150,3 @@ def render(rows: list[dict[str, Any]]) -> str:
         ]  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
-
-
-def summary_command(runs_dir: Path, out: Path | None = None) -> int:
-    """`qualify serve-summary`: print the table of RUNS_DIR's runs; with `out`, also write its rows as JSON."""
-    rows = summarize(load_runs(runs_dir))
-    print(render(rows))
-    if out:
-        out.write_text(json.dumps(rows, indent=1))
-    return 0

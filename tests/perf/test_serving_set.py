@@ -131,3 +131,30 @@ def test_named_streams_are_served_in_turn_by_one_engine(fake_vllm, monkeypatch: 
     assert len(result.cells) == 2 * len(serving_set.STREAM_METRICS)
     with pytest.raises(KeyError, match="completed_requests_per_s/b6/s5/poisson"):
         result.cell("completed_requests_per_s", 6, 5)  # an item must name its stream
+
+
+def test_serve_summary_tables_each_stream_against_prefix_caching(fake_vllm, tmp_path: Path, capsys) -> None:
+    import json
+
+    from qualify.perf.serve_tables import summary_command
+
+    streams = [{"id": "closed", "requests": 12}, {"id": "poisson", "requests": 8, "arrival_rate_per_s": 4000.0}]
+    shape = {k: v for k, v in SHAPE.items() if k != "stream_requests"} | {"streams": streams}
+    for layout in ("shared-k16v8-live-fp8", "bf16-prefix-cached"):
+        for process in range(2):
+            serving_set.measure(_request(layout).model_copy(update={"shape": shape, "process": process}))
+    out = tmp_path / "summary.json"
+    assert summary_command(tmp_path / "runs", out) == 0
+    table = capsys.readouterr().out
+    rows = json.loads(out.read_text())
+    assert rows["engine"] == [] and {(r["stream"], r["layout"]) for r in rows["serving"]} == {
+        (s, lay) for s in ("closed", "poisson") for lay in ("shared-k16v8-live-fp8", "bf16-prefix-cached")
+    }
+    cand = next(r for r in rows["serving"] if r["layout"] == "shared-k16v8-live-fp8" and r["stream"] == "closed")
+    ref = next(r for r in rows["serving"] if r["layout"] == "bf16-prefix-cached" and r["stream"] == "closed")
+    # Equal KV memory: the shared cartridge takes no pages, prefix caching keeps one copy of it in the cache.
+    assert cand["requests_that_fit"] > ref["requests_that_fit"] and cand["processes"] == 2
+    ratio = cand["completed_requests_per_s_vs_bf16-prefix-cached"]
+    assert ratio["method"] == "process-t" and ratio["low"] <= ratio["ratio"] <= ratio["high"]
+    assert "completed_requests_per_s_vs_bf16-prefix-cached" not in ref
+    assert "| closed | 6 | shared-k16v8-live-fp8 | 2 |" in table and "| poisson | 6 | bf16-prefix-cached | 2 |" in table
