@@ -13,6 +13,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -64,6 +65,23 @@ def random_cartridge_file(settings: EngineSettings, tokens: int, seed: int) -> P
         # Written beside, then renamed: an engine of another process never reads a half-written file.
         partial = save_cartridge(cart, path.with_name(f"{path.stem}.{os.getpid()}.partial.safetensors"))
         os.replace(partial, path)
+    return path
+
+
+def served_from_stable_path(cartridge: Path, label: str) -> Path:
+    """`cartridge`'s bytes at the one path `label` is served from on this machine's visible GPUs.
+
+    For runs that serve many cartridges in one engine configuration (checkpoints, fake-quantized copies): vLLM's
+    compile cache key holds the cartridge path, so one path per configuration lets every engine after the first
+    load the compiled graphs. The content changes under the path; the engines that share it run one after another
+    (one engine holds a GPU), and each reads the file once, at start-up. Written beside and renamed into place.
+    """
+    gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "-") or "none"
+    path = cache_root() / "served" / f"gpus-{gpus}" / f"{label}{cartridge.suffix}"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f"{path.stem}.{os.getpid()}.partial{path.suffix}")
+    shutil.copyfile(cartridge, partial)
+    os.replace(partial, path)
     return path
 
 

@@ -187,10 +187,12 @@ def score(
     from vllm import SamplingParams
     from vllm.inputs import TokensPrompt
 
-    from qualify.serve.engine import build_llm, prompt_token_ids
+    from qualify.serve.engine import build_llm, prompt_token_ids, served_from_stable_path
 
     with tempfile.TemporaryDirectory(prefix="qualify-loss-") as tmp:
-        served = _fake_quantized(cartridge_file, fake_quant, Path(tmp), scaling) if fake_quant else cartridge_file
+        made = _fake_quantized(cartridge_file, fake_quant, Path(tmp), scaling) if fake_quant else cartridge_file
+        # Every checkpoint and fake quantization of a layout from one path: later engines hit vLLM's compile cache.
+        served = served_from_stable_path(made, f"loss-{lay.name}")
         llm = build_llm(lay, served, cart_len, settings, seed=seed)
         prompts = prompt_token_ids(lay, [list(i.input_ids) for i in items], cart_len, settings.placeholder_token_id)
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=top_k, detokenize=False)

@@ -37,3 +37,25 @@ def test_the_same_cartridge_is_written_once_at_one_path(tmp_path: Path, monkeypa
     assert len({first, other_seed, other_len, other_std}) == 4
     assert not torch.equal(load_cartridge(other_seed).keys[0], cart.keys[0])
     assert sorted(p.name for p in first.parent.iterdir() if "partial" in p.name) == []
+
+
+def test_cartridges_of_one_label_are_served_from_one_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                          test_seed: int) -> None:  # fmt: skip
+    from qualify.serve.engine import served_from_stable_path
+
+    monkeypatch.setenv(CACHE_DIR_ENV, str(tmp_path / "cache"))
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3")
+    rng = random.Random(test_seed)
+    sources = []
+    for i in range(2):
+        src = tmp_path / f"checkpoint{i}.pt"
+        src.write_bytes(rng.randbytes(rng.randint(1, 4096)))
+        sources.append(src)
+    first = served_from_stable_path(sources[0], "loss-bf16-inject")
+    second = served_from_stable_path(sources[1], "loss-bf16-inject")
+    assert first == second and first.suffix == ".pt" and "gpus-3" in str(first)  # one path for the label on GPU 3
+    assert first.read_bytes() == sources[1].read_bytes()  # the latest served cartridge, whole
+    assert served_from_stable_path(sources[0], "loss-shared-k16v8") != first  # another configuration, another path
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    assert served_from_stable_path(sources[0], "loss-bf16-inject") != first  # engines on other GPUs never share it
+    assert not [p for p in (tmp_path / "cache").rglob("*partial*")]
