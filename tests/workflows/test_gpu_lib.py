@@ -1,0 +1,38 @@
+"""`scripts/gpu_lib.sh`'s `vllm_if_staged`, which the kernel and perf calls use to add staged vLLM for the FA3
+baseline: a no-op without the staged setup, and vLLM's site put after FlashInfer's on the path, with its setup run."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(shutil.which("bash") is None, reason="needs bash")
+
+
+def _run(tmp_path: Path, setup: str | None) -> str:
+    if setup is not None:
+        (tmp_path / ".vllm").mkdir()
+        (tmp_path / ".vllm" / "setup.sh").write_text(setup)
+    lib = ROOT / "scripts" / "gpu_lib.sh"
+    script = f"source {lib}; PYTHONPATH=/proj:/tmp/gpu-site; vllm_if_staged; echo $?:$PYTHONPATH"
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, capture_output=True, text=True, check=True)
+    return proc.stdout.strip()
+
+
+def test_without_staged_vllm_nothing_changes(tmp_path: Path) -> None:
+    assert _run(tmp_path, None) == "0:/proj:/tmp/gpu-site"
+
+
+def test_staged_vllm_comes_after_flashinfer(tmp_path: Path) -> None:
+    # As .vllm/setup.sh does: vLLM's site first on the path.
+    setup = 'export PYTHONPATH="/tmp/vllm-site${PYTHONPATH:+:$PYTHONPATH}" VLLM_MARK=1\n'
+    assert _run(tmp_path, setup) == "0:/proj:/tmp/gpu-site:/tmp/vllm-site"
+
+
+def test_a_failed_setup_says_so_and_fails(tmp_path: Path) -> None:
+    said, status = _run(tmp_path, "return 1\n").splitlines()
+    assert "vLLM not set up" in said and status == "1:/proj:/tmp/gpu-site"
