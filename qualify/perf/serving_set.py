@@ -3,14 +3,16 @@
 The equal-memory comparison of issue 16: every layout's engine gets the same KV cache in bytes
 (`shape.engine.kv_cache_memory_bytes`), so what it admits at once follows from its bytes per request (a shared
 cartridge costs no pages per request, K16/V8 pages 3/4 of BF16 ones, injection the whole cartridge per request),
-and vLLM's scheduler queues the rest. Per (clients, suffix) cell the worker serves one warm-up stream and then
-`repetitions` timed streams of `shape.stream_requests` requests (`qualify.serve.stream`): closed loop with `clients`
-clients, or Poisson arrivals at `shape.arrival_rate_per_s` with at most `clients` in the engine; with
-`shape.streams`, each named stream in turn from the same engine (its cells carry the stream's id). Samples per
-repetition: completed requests/s, output tokens/s, TTFT and ITL percentiles. The cells' detail records the KV
-capacity, the tokens a request holds and the requests that fit, the peak in the engine, and (prefix-cached
-layouts) the cartridge positions the prefix cache served; a prefix-cached worker whose cache did not serve the
-cartridge to every request fails, as in the engine set.
+and vLLM's scheduler queues the rest. Per (clients, suffix) cell the worker serves `repetitions` timed streams of
+`shape.stream_requests` requests (`qualify.serve.stream`): closed loop with `clients` clients, or Poisson arrivals
+at `shape.arrival_rate_per_s` with at most `clients` in the engine; with `shape.streams`, each named stream in turn
+from the same engine (its cells carry the stream's id). Samples per repetition: completed requests/s, output
+tokens/s, TTFT and ITL percentiles. The warm-up streams run once per engine, before its first cell: a later stream
+finds the engine compiled, its graphs captured and its caches warm (each Poisson warm-up would cost >= 10 s of a
+device session per process for nothing it could show). The scheduler's running requests are read after each step.
+The cells' detail records the KV capacity, the tokens a request holds and the requests that fit, the peak in the
+engine, and (prefix-cached layouts) the cartridge positions the prefix cache served; a prefix-cached worker whose
+cache did not serve the cartridge to every request fails, as in the engine set.
 
 With ``QUALIFY_ENGINE_RUNS_DIR`` set, each worker writes its result there as ``serving-<layout>.p<process>.json``.
 """
@@ -21,7 +23,7 @@ import random
 import statistics
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,16 @@ def _prompts(
         yield {"prompt_token_ids": prompt_token_ids(lay, questions, cartridge_len, placeholder)[0]}
 
 
+def scheduler_running(engine: Any) -> Callable[[], int] | None:
+    """How many requests vLLM's scheduler runs now, read from an in-process engine core (``LLMEngine.engine_core``
+    is then an ``InprocClient`` holding the ``EngineCore``); None where the core runs in another process."""
+    core = getattr(getattr(engine, "engine_core", None), "engine_core", None)
+    scheduler = getattr(core, "scheduler", None)
+    if not isinstance(getattr(scheduler, "running", None), list):
+        return None
+    return lambda: len(scheduler.running)  # read each time: the scheduler may rebind its list
+
+
 def _stream_kind(shape: ShapeSet, stream: ServingStream | None) -> tuple[int, float | None, str]:
     """(requests, Poisson rate or None, request-id prefix) of a named stream, or of the shape's one stream."""
     if stream is None:
@@ -66,23 +78,24 @@ def _stream_kind(shape: ShapeSet, stream: ServingStream | None) -> tuple[int, fl
 
 def _serve_cell(
     engine: Any, lay: Any, kind: tuple[int, float | None, str], timing: Any, log: Path, prompts: Iterator,
-    params: Any, clients: int, suffix: int, shared_once: int, seed: int,
+    params: Any, clients: int, suffix: int, shared_once: int, seed: int, warmups: int,
 ) -> tuple[list[dict[str, float]], list[int], str]:  # fmt: skip
-    """Warm-up streams, then the timed ones: (their metrics, the least cartridge positions cached in each, label)."""
+    """`warmups` untimed streams, then the timed ones: (their metrics, the least cartridge positions cached in each,
+    label)."""
     requests, rate, prefix = kind
     runs, cached, label = [], [], ""
-    for rep in range(timing.warmups + timing.repetitions):
+    for rep in range(warmups + timing.repetitions):
         spec = StreamSpec(requests, clients, rate, seed=seed * 1000 + rep)
         label = spec.label
         before = len(cartridge_positions(log))
         with gc_pauses() as pauses:
-            traces, wall = serve_stream(engine, prompts, params, spec,
-                                        request_prefix=f"{prefix}s{suffix}c{clients}r{rep}")  # fmt: skip
+            run = serve_stream(engine, prompts, params, spec, request_prefix=f"{prefix}s{suffix}c{clients}r{rep}",
+                               running=scheduler_running(engine))  # fmt: skip
         hits = cartridge_positions(log)[before:]
-        if rep < timing.warmups:
+        if rep < warmups:
             continue
         check_cartridge_shared(lay, spec.requests, hits, shared_once)
-        runs.append({**stream_metrics(traces, wall), "gc_pause_ms": pauses.pause_s * 1e3})
+        runs.append({**stream_metrics(run), "gc_pause_ms": pauses.pause_s * 1e3})
         cached.append(min(hits) if hits else 0)
     return runs, cached, label
 
@@ -112,16 +125,20 @@ def measure(request: WorkRequest) -> WorkResult:
         graphs = cudagraph_mode(llm)
         method = run_method("vllm LLMEngine request stream", settings, graphs)
         cells: list[Cell] = []
+        warm = False  # the engine has served its warm-up streams
         for suffix in shape.suffixes:
             own, shared_once = kv_tokens(lay, shape.cartridge_len, suffix + gen, capacity["block_size"])
             fit = (capacity["tokens"] - shared_once) // own
             for clients, stream in ((c, st) for c in shape.batches for st in shape.serving_streams()):
                 prompts = _prompts(lay, suffix, vocab, rng, shape.cartridge_len, settings.placeholder_token_id)
                 kind = _stream_kind(shape, stream)
+                warmups = 0 if warm else timing.warmups
                 runs, cached, label = _serve_cell(llm.llm_engine, lay, kind, timing, log, prompts, params, clients,
-                                                  suffix, shared_once, request.seed)  # fmt: skip
+                                                  suffix, shared_once, request.seed, warmups)  # fmt: skip
+                warm = True
                 detail = {
                     "stream": label,
+                    "warmup_streams": warmups,
                     "kv_cache_memory_bytes": settings.kv_cache_memory_bytes,
                     "kv_capacity_tokens": capacity["tokens"],
                     "kv_tokens_per_request": own,
@@ -129,6 +146,9 @@ def measure(request: WorkRequest) -> WorkResult:
                     "requests_that_fit": fit,
                     "admitted_concurrency": min(settings.max_num_seqs, fit, clients),
                     "peak_in_engine": [r["peak_in_engine"] for r in runs],
+                    # measured: the most and the mean (per step) requests vLLM's scheduler ran in each timed stream
+                    "scheduler_running_peak": [r["scheduler_running_peak"] for r in runs],
+                    "scheduler_running_mean": [r["scheduler_running_mean"] for r in runs],
                     # the Python collector's pauses inside each timed stream (the engine core runs in this process)
                     "gc_pause_ms": [r["gc_pause_ms"] for r in runs],
                     "cartridge_positions_cached": cached,

@@ -31,6 +31,13 @@ def _groups(runs: list[WorkResult], metric: str, key: tuple[int, int, str | None
     return [list(r.cell(metric, *key).samples) for r in runs]
 
 
+def _pooled(rs: list[WorkResult], key: tuple[int, int, str | None], field: str) -> float:
+    """The median over every timed stream of every process of a per-stream detail; NaN where the workers did not
+    record it (results from before the scheduler probe)."""
+    values = [x for r in rs for x in r.cell(COLUMNS[0][0], *key).detail.get(field, [])]
+    return statistics.median(values) if values else float("nan")
+
+
 def summarize(runs: dict[str, list[WorkResult]]) -> list[dict[str, Any]]:
     rows = []
     names = [n for n in ORDER if n in runs] + sorted(set(runs) - set(ORDER))
@@ -50,9 +57,9 @@ def summarize(runs: dict[str, list[WorkResult]]) -> list[dict[str, Any]]:
                 **{m: statistics.median([x for g in groups[m] for x in g]) for m, _ in COLUMNS},
                 "admitted_concurrency": d["admitted_concurrency"], "requests_that_fit": d["requests_that_fit"],
                 "kv_capacity_tokens": d["kv_capacity_tokens"], "kv_tokens_per_request": d["kv_tokens_per_request"],
-                "peak_in_engine": statistics.median(
-                    [x for r in rs for x in r.cell(COLUMNS[0][0], *key).detail["peak_in_engine"]]
-                ),
+                "peak_in_engine": _pooled(rs, key, "peak_in_engine"),
+                "scheduler_running_peak": _pooled(rs, key, "scheduler_running_peak"),
+                "scheduler_running_mean": _pooled(rs, key, "scheduler_running_mean"),
             }  # fmt: skip
             if name != REFERENCE and REFERENCE in runs:
                 for m in RATIOS:
@@ -64,13 +71,21 @@ def summarize(runs: dict[str, list[WorkResult]]) -> list[dict[str, Any]]:
 def render(rows: list[dict[str, Any]]) -> str:
     head = ["stream", "clients", "layout", "processes", *(c for _, c in COLUMNS)]
     head += [f"{c} vs {REFERENCE}" for m, c in COLUMNS if m in RATIOS]
-    head += ["admitted", "peak in engine", "requests that fit", "KV capacity (tokens)", "KV tokens / request"]
+    head += [
+        "admitted (computed)",
+        "running peak / mean (measured)",
+        "peak in engine",
+        "requests that fit",
+        "KV capacity (tokens)",
+        "KV tokens / request",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
     for r in rows:
         cells = [r["stream"] or "-", r["clients"], r["layout"], r["processes"]]
         cells += [f"{r[m]:.2f}" if m == "completed_requests_per_s" else f"{r[m]:.1f}" for m, _ in COLUMNS]
         cells += [format_ratio(r.get(f"{m}_vs_{REFERENCE}")) for m, _ in COLUMNS if m in RATIOS]
-        cells += [r["admitted_concurrency"], f"{r['peak_in_engine']:.0f}", r["requests_that_fit"],
+        running = f"{r['scheduler_running_peak']:.0f} / {r['scheduler_running_mean']:.1f}"
+        cells += [r["admitted_concurrency"], running, f"{r['peak_in_engine']:.0f}", r["requests_that_fit"],
                   r["kv_capacity_tokens"], r["kv_tokens_per_request"]]  # fmt: skip
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)

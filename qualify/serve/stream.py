@@ -10,10 +10,12 @@ the CPU tests drive a fake one) for a fixed number of requests:
   once, later arrivals wait in the client queue, and their TTFT counts from arrival.
 
 Each request records when it arrived and when each of its output tokens came back (the time of the step that
-returned it). `stream_metrics` turns the traces into completed requests/s, output tokens/s, TTFT and ITL
-(the gap between consecutive tokens of a request) percentiles, and the most requests that were in the engine at
-once. The engine's own scheduler admits what its KV memory holds, so with equal KV memory the layouts with fewer
-bytes per request run more requests at once; that is the comparison.
+returned it). Given a probe of the engine's scheduler, each step also records how many requests the scheduler ran
+(sent requests beyond those wait in its queue for KV memory): the admitted concurrency as measured, not as computed.
+`stream_metrics` turns a run into completed requests/s, output tokens/s, TTFT and ITL (the gap between consecutive
+tokens of a request) percentiles, the most requests that were in the engine at once, and the scheduler's peak and
+mean of running requests. The engine's own scheduler admits what its KV memory holds, so with equal KV memory the
+layouts with fewer bytes per request run more requests at once; that is the comparison.
 """
 
 from __future__ import annotations
@@ -67,6 +69,13 @@ def _arrivals(spec: StreamSpec) -> list[float]:
     return out
 
 
+@dataclass(frozen=True)
+class StreamRun:
+    traces: list[RequestTrace]
+    wall_s: float
+    running: list[int]  # requests the scheduler ran, after each step (empty without a probe)
+
+
 def serve_stream(
     engine: Any,
     prompts: Iterator[Any],
@@ -76,13 +85,16 @@ def serve_stream(
     clock: Callable[[], float] = time.perf_counter,
     sleep: Callable[[float], None] = time.sleep,
     request_prefix: str = "stream",
-) -> tuple[list[RequestTrace], float]:
-    """Serve `spec.requests` requests (prompts drawn from `prompts` as they are sent); (traces, wall seconds)."""
+    running: Callable[[], int] | None = None,
+) -> StreamRun:
+    """Serve `spec.requests` requests (prompts drawn from `prompts` as they are sent). `running`, if given, reads
+    how many requests the engine's scheduler runs; it is read after every step, outside the step's own time."""
     arrivals = _arrivals(spec)
     start = clock()
     pending = list(range(spec.requests))  # in arrival order
     traces: dict[str, RequestTrace] = {}
     in_engine: set[str] = set()
+    scheduled: list[int] = []
     done = 0
     while done < spec.requests:
         now = clock() - start
@@ -98,6 +110,8 @@ def serve_stream(
             continue
         outputs = engine.step()
         t = clock() - start
+        if running is not None:
+            scheduled.append(running())
         for out in outputs:
             trace = traces.get(out.request_id)
             if trace is None:
@@ -109,17 +123,18 @@ def serve_stream(
                 trace.finished_s = t
                 in_engine.discard(out.request_id)
                 done += 1
-    return list(traces.values()), clock() - start
+    return StreamRun(list(traces.values()), clock() - start, scheduled)
 
 
 def _pct(values: list[float], q: float) -> float:
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 
-def stream_metrics(traces: list[RequestTrace], wall_s: float) -> dict[str, float]:
+def stream_metrics(run: StreamRun) -> dict[str, float]:
     """Completed requests/s and output tokens/s over the stream's wall time; TTFT (first token - arrival) and
     ITL (consecutive tokens of one request, pooled over requests) percentiles in ms; the peak of requests
-    in the engine at once."""
+    in the engine at once; the peak and the per-step mean of requests the scheduler ran (NaN without a probe)."""
+    traces, wall_s = run.traces, run.wall_s
     finished = [t for t in traces if t.finished_s is not None]
     ttft = [(t.token_s[0] - t.arrival_s) * 1e3 for t in finished if t.token_s]
     itl = [(b - a) * 1e3 for t in finished for a, b in zip(t.token_s, t.token_s[1:], strict=False)]
@@ -136,4 +151,6 @@ def stream_metrics(traces: list[RequestTrace], wall_s: float) -> dict[str, float
         "itl_p50_ms": _pct(itl, 50),
         "itl_p95_ms": _pct(itl, 95),
         "peak_in_engine": float(peak),
+        "scheduler_running_peak": float(max(run.running)) if run.running else float("nan"),
+        "scheduler_running_mean": float(np.mean(run.running)) if run.running else float("nan"),
     }

@@ -36,6 +36,9 @@ class FakeEngine:
         self.queue: list[str] = []
         self.made: dict[str, int] = {}
         self.log = DispatchLog()
+        # vLLM's in-process engine core, as far as the scheduler probe reads it
+        self.scheduler = SimpleNamespace(running=[])
+        self.engine_core = SimpleNamespace(engine_core=SimpleNamespace(scheduler=self.scheduler))
 
     def add_request(self, request_id: str, prompt: dict, params: object) -> None:
         assert set(prompt) == {"prompt_token_ids"}
@@ -51,6 +54,7 @@ class FakeEngine:
             out.append(SimpleNamespace(request_id=rid, finished=self.made[rid] == 4,
                                        outputs=[SimpleNamespace(token_ids=[0] * self.made[rid])]))  # fmt: skip
         self.queue = [r for r in self.queue if self.made[r] < 4]
+        self.scheduler.running = self.queue[: self.fit]
         return out
 
 
@@ -90,6 +94,8 @@ def test_equal_kv_memory_admits_by_bytes_per_request(fake_vllm, tmp_path: Path) 
     assert s.detail["admitted_concurrency"] == 6 and i.detail["admitted_concurrency"] == 3
     assert len(s.samples) == 3 and min(s.samples) > 0  # 1 warm-up stream, 3 timed
     assert s.detail["peak_in_engine"] == [6.0] * 3
+    # Measured in the scheduler: the shared layout ran 6 at once, injection (the cartridge per request) 3.
+    assert s.detail["scheduler_running_peak"] == [6.0] * 3 and i.detail["scheduler_running_peak"] == [3.0] * 3
     assert {c.metric for c in shared.cells} == set(serving_set.STREAM_METRICS)
     saved = WorkResult.model_validate_json((tmp_path / "runs" / "serving-shared-k16v8.p0.json").read_text())
     assert saved.cells == shared.cells and saved.implementation_set == "serving"
@@ -124,9 +130,13 @@ def test_named_streams_are_served_in_turn_by_one_engine(fake_vllm, monkeypatch: 
     shape = {k: v for k, v in SHAPE.items() if k != "stream_requests"} | {"streams": streams}
     result = serving_set.measure(_request("shared-k16v8").model_copy(update={"shape": shape}))
     assert builds == ["shared-k16v8"]  # one engine start for both kinds of stream
+    # Warm-ups once per engine: 1 + 3 closed-loop streams of 12 requests, then 3 Poisson streams of 8.
+    assert len(fake_vllm["shared-k16v8"].made) == 4 * 12 + 3 * 8
     closed = result.cell("completed_requests_per_s", 6, 5, "closed")
     poisson = result.cell("completed_requests_per_s", 6, 5, "poisson")
     assert "closed loop" in closed.detail["stream"] and "Poisson" in poisson.detail["stream"]
+    assert (closed.detail["warmup_streams"], poisson.detail["warmup_streams"]) == (1, 0)
+    assert len(closed.samples) == len(poisson.samples) == 3
     assert closed.detail["stream"].startswith("12 requests") and poisson.detail["stream"].startswith("8 requests")
     assert len(result.cells) == 2 * len(serving_set.STREAM_METRICS)
     with pytest.raises(KeyError, match="completed_requests_per_s/b6/s5/poisson"):
@@ -158,3 +168,15 @@ def test_serve_summary_tables_each_stream_against_prefix_caching(fake_vllm, tmp_
     assert ratio["method"] == "process-t" and ratio["low"] <= ratio["ratio"] <= ratio["high"]
     assert "completed_requests_per_s_vs_bf16-prefix-cached" not in ref
     assert "| closed | 6 | shared-k16v8-live-fp8 | 2 |" in table and "| poisson | 6 | bf16-prefix-cached | 2 |" in table
+
+
+def test_the_scheduler_probe_reads_an_in_process_core_and_follows_a_rebound_list() -> None:
+    scheduler = SimpleNamespace(running=[1, 2, 3])
+    engine = SimpleNamespace(engine_core=SimpleNamespace(engine_core=SimpleNamespace(scheduler=scheduler)))
+    probe = serving_set.scheduler_running(engine)
+    assert probe is not None and probe() == 3
+    scheduler.running = [4]  # vLLM's scheduler rebinds its list when it filters finished requests
+    assert probe() == 1
+    # An engine core in another process (a client without the core): nothing to read, so nothing is claimed.
+    assert serving_set.scheduler_running(SimpleNamespace(engine_core=SimpleNamespace())) is None
+    assert serving_set.scheduler_running(SimpleNamespace()) is None

@@ -40,12 +40,13 @@ class FakeEngine:
         return out
 
 
-def _serve(engine: FakeEngine, spec: StreamSpec):
+def _serve(engine: FakeEngine, spec: StreamSpec, probe: bool = True):
     def sleep(s: float) -> None:
         engine.clock[0] += s
 
     prompts = iter(range(10**6))
-    return serve_stream(engine, prompts, None, spec, clock=lambda: engine.clock[0], sleep=sleep)
+    running = (lambda: min(len(engine.queue), engine.capacity)) if probe else None
+    return serve_stream(engine, prompts, None, spec, clock=lambda: engine.clock[0], sleep=sleep, running=running)
 
 
 def test_closed_loop_keeps_every_client_busy_and_the_engine_admits_its_capacity(test_seed: int) -> None:
@@ -53,11 +54,16 @@ def test_closed_loop_keeps_every_client_busy_and_the_engine_admits_its_capacity(
     capacity, clients, tokens = rng.randint(2, 6), rng.randint(7, 12), rng.randint(3, 9)
     engine = FakeEngine([0.0], capacity, tokens)
     requests = clients * 3
-    traces, wall = _serve(engine, StreamSpec(requests, clients))
+    run = _serve(engine, StreamSpec(requests, clients))
+    traces, wall = run.traces, run.wall_s
     assert len(traces) == requests and all(t.finished_s is not None for t in traces)
     assert engine.prompts == list(range(requests))  # one fresh prompt per request
-    m = stream_metrics(traces, wall)
+    m = stream_metrics(run)
     assert m["peak_in_engine"] == clients  # clients send as soon as they free up; the engine queues the rest
+    # The scheduler ran its capacity, never more (read after each step, so the last step's drain counts too).
+    assert m["scheduler_running_peak"] == capacity and capacity / 2 < m["scheduler_running_mean"] <= capacity
+    unprobed = stream_metrics(_serve(FakeEngine([0.0], capacity, tokens), StreamSpec(requests, clients), probe=False))
+    assert unprobed["scheduler_running_peak"] != unprobed["scheduler_running_peak"]  # NaN: not measured
     assert all(len(t.token_s) == tokens for t in traces)
     # Every gap between a request's tokens is one engine step: the fake runs a started request every step.
     assert m["itl_p50_ms"] == pytest.approx(10.0) and m["itl_p95_ms"] == pytest.approx(10.0)
@@ -71,8 +77,8 @@ def test_closed_loop_keeps_every_client_busy_and_the_engine_admits_its_capacity(
 
 def test_more_capacity_serves_the_same_stream_faster(test_seed: int) -> None:
     """The equal-memory argument: a layout that fits more requests at once completes more per second."""
-    small = stream_metrics(*_serve(FakeEngine([0.0], 4, 8), StreamSpec(64, 32)))
-    large = stream_metrics(*_serve(FakeEngine([0.0], 16, 8), StreamSpec(64, 32)))
+    small = stream_metrics(_serve(FakeEngine([0.0], 4, 8), StreamSpec(64, 32)))
+    large = stream_metrics(_serve(FakeEngine([0.0], 16, 8), StreamSpec(64, 32)))
     assert large["completed_requests_per_s"] > 3 * small["completed_requests_per_s"]
     assert large["stream_ttft_p95_ms"] < small["stream_ttft_p95_ms"]
 
@@ -80,15 +86,16 @@ def test_more_capacity_serves_the_same_stream_faster(test_seed: int) -> None:
 def test_poisson_arrivals_count_ttft_from_arrival_and_wait_when_idle(test_seed: int) -> None:
     spec = StreamSpec(40, 4, rate_per_s=5.0, seed=test_seed)
     engine = FakeEngine([0.0], 2, 5)
-    traces, wall = _serve(engine, spec)
+    run = _serve(engine, spec)
+    traces, wall = run.traces, run.wall_s
     arrivals = [t.arrival_s for t in traces]
     assert arrivals == sorted(arrivals) and arrivals[0] > 0
     assert all(t.sent_s >= t.arrival_s for t in traces)  # never sent before it arrived
     assert all(t.token_s[0] - t.arrival_s >= 0.01 - 1e-9 for t in traces)
     assert wall >= arrivals[-1]  # the stream lasts at least until the last arrival
     # At 5 req/s with 50 ms of work each the engine is mostly idle: the stream's rate is the arrival rate.
-    assert stream_metrics(traces, wall)["completed_requests_per_s"] == pytest.approx(40 / wall)
-    same = [t.arrival_s for t in _serve(FakeEngine([0.0], 2, 5), spec)[0]]
+    assert stream_metrics(run)["completed_requests_per_s"] == pytest.approx(40 / wall)
+    same = [t.arrival_s for t in _serve(FakeEngine([0.0], 2, 5), spec).traces]
     assert same == arrivals  # seeded
 
 
