@@ -7,12 +7,14 @@ and vLLM's scheduler queues the rest. Per (clients, suffix) cell the worker serv
 `shape.stream_requests` requests (`qualify.serve.stream`): closed loop with `clients` clients, or Poisson arrivals
 at `shape.arrival_rate_per_s` with at most `clients` in the engine; with `shape.streams`, each named stream in turn
 from the same engine (its cells carry the stream's id). Samples per repetition: completed requests/s, output
-tokens/s, TTFT and ITL percentiles. The warm-up streams run once per engine, before its first cell: a later stream
-finds the engine compiled, its graphs captured and its caches warm (each Poisson warm-up would cost >= 10 s of a
-device session per process for nothing it could show). The scheduler's running requests are read after each step.
-The cells' detail records the KV capacity, the tokens a request holds and the requests that fit, the peak in the
-engine, and (prefix-cached layouts) the cartridge positions the prefix cache served; a prefix-cached worker whose
-cache did not serve the cartridge to every request fails, as in the engine set.
+tokens/s, TTFT and ITL percentiles. Every stream kind gets its own warm-up streams, also in an engine that served
+another kind before: on the H200 the first Poisson stream after a closed-loop warm-up lost 1.2-3.5 s of TTFT p95 in
+2 of 5 processes of the fused path, and the second none (results/2026-12-02-serving-h200; the likeliest cause is a
+Triton specialization compiled on first use: a lone request's prefill, the first arrival into an idle engine, is a
+batch a closed loop never makes). The scheduler's running requests and the longest engine step are read after each
+step. The cells' detail records the KV capacity, the tokens a request holds and the requests that fit, the peak in
+the engine, and (prefix-cached layouts) the cartridge positions the prefix cache served; a prefix-cached worker
+whose cache did not serve the cartridge to every request fails, as in the engine set.
 
 With ``QUALIFY_ENGINE_RUNS_DIR`` set, each worker writes its result there as ``serving-<layout>.p<process>.json``.
 """
@@ -78,12 +80,12 @@ def _stream_kind(shape: ShapeSet, stream: ServingStream | None) -> tuple[int, fl
 
 def _serve_cell(
     engine: Any, lay: Any, kind: tuple[int, float | None, str], timing: Any, log: Path, prompts: Iterator,
-    params: Any, clients: int, suffix: int, shared_once: int, seed: int, warmups: int,
+    params: Any, clients: int, suffix: int, shared_once: int, seed: int,
 ) -> tuple[list[dict[str, float]], list[int], str]:  # fmt: skip
-    """`warmups` untimed streams, then the timed ones: (their metrics, the least cartridge positions cached in each,
-    label)."""
+    """Warm-up streams, then the timed ones: (their metrics, the least cartridge positions cached in each, label)."""
     requests, rate, prefix = kind
     runs, cached, label = [], [], ""
+    warmups = timing.warmups
     for rep in range(warmups + timing.repetitions):
         spec = StreamSpec(requests, clients, rate, seed=seed * 1000 + rep)
         label = spec.label
@@ -125,20 +127,17 @@ def measure(request: WorkRequest) -> WorkResult:
         graphs = cudagraph_mode(llm)
         method = run_method("vllm LLMEngine request stream", settings, graphs)
         cells: list[Cell] = []
-        warm = False  # the engine has served its warm-up streams
         for suffix in shape.suffixes:
             own, shared_once = kv_tokens(lay, shape.cartridge_len, suffix + gen, capacity["block_size"])
             fit = (capacity["tokens"] - shared_once) // own
             for clients, stream in ((c, st) for c in shape.batches for st in shape.serving_streams()):
                 prompts = _prompts(lay, suffix, vocab, rng, shape.cartridge_len, settings.placeholder_token_id)
                 kind = _stream_kind(shape, stream)
-                warmups = 0 if warm else timing.warmups
                 runs, cached, label = _serve_cell(llm.llm_engine, lay, kind, timing, log, prompts, params, clients,
-                                                  suffix, shared_once, request.seed, warmups)  # fmt: skip
-                warm = True
+                                                  suffix, shared_once, request.seed)  # fmt: skip
                 detail = {
                     "stream": label,
-                    "warmup_streams": warmups,
+                    "warmup_streams": timing.warmups,
                     "kv_cache_memory_bytes": settings.kv_cache_memory_bytes,
                     "kv_capacity_tokens": capacity["tokens"],
                     "kv_tokens_per_request": own,
@@ -149,6 +148,9 @@ def measure(request: WorkRequest) -> WorkResult:
                     # measured: the most and the mean (per step) requests vLLM's scheduler ran in each timed stream
                     "scheduler_running_peak": [r["scheduler_running_peak"] for r in runs],
                     "scheduler_running_mean": [r["scheduler_running_mean"] for r in runs],
+                    # a stall inside a timed stream: its longest engine step, and when it began (s into the stream)
+                    "longest_step_ms": [r["longest_step_ms"] for r in runs],
+                    "longest_step_at_s": [r["longest_step_at_s"] for r in runs],
                     # the Python collector's pauses inside each timed stream (the engine core runs in this process)
                     "gc_pause_ms": [r["gc_pause_ms"] for r in runs],
                     "cartridge_positions_cached": cached,

@@ -74,6 +74,8 @@ class StreamRun:
     traces: list[RequestTrace]
     wall_s: float
     running: list[int]  # requests the scheduler ran, after each step (empty without a probe)
+    longest_step_s: float = 0.0  # the longest engine step: a stall (a compile, a collection) shows here
+    longest_step_at_s: float = 0.0  # when it began, from the stream's start
 
 
 def serve_stream(
@@ -95,6 +97,7 @@ def serve_stream(
     traces: dict[str, RequestTrace] = {}
     in_engine: set[str] = set()
     scheduled: list[int] = []
+    longest = (0.0, 0.0)
     done = 0
     while done < spec.requests:
         now = clock() - start
@@ -108,8 +111,11 @@ def serve_stream(
             # Nothing to run until the next arrival (Poisson streams only).
             sleep(max(0.0, arrivals[pending[0]] - (clock() - start)))
             continue
+        began = clock() - start
         outputs = engine.step()
         t = clock() - start
+        if t - began > longest[0]:
+            longest = (t - began, began)
         if running is not None:
             scheduled.append(running())
         for out in outputs:
@@ -123,7 +129,7 @@ def serve_stream(
                 trace.finished_s = t
                 in_engine.discard(out.request_id)
                 done += 1
-    return StreamRun(list(traces.values()), clock() - start, scheduled)
+    return StreamRun(list(traces.values()), clock() - start, scheduled, *longest)
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -133,7 +139,8 @@ def _pct(values: list[float], q: float) -> float:
 def stream_metrics(run: StreamRun) -> dict[str, float]:
     """Completed requests/s and output tokens/s over the stream's wall time; TTFT (first token - arrival) and
     ITL (consecutive tokens of one request, pooled over requests) percentiles in ms; the peak of requests
-    in the engine at once; the peak and the per-step mean of requests the scheduler ran (NaN without a probe)."""
+    in the engine at once; the peak and the per-step mean of requests the scheduler ran (NaN without a probe); the
+    longest engine step and when it began."""
     traces, wall_s = run.traces, run.wall_s
     finished = [t for t in traces if t.finished_s is not None]
     ttft = [(t.token_s[0] - t.arrival_s) * 1e3 for t in finished if t.token_s]
@@ -153,4 +160,6 @@ def stream_metrics(run: StreamRun) -> dict[str, float]:
         "peak_in_engine": float(peak),
         "scheduler_running_peak": float(max(run.running)) if run.running else float("nan"),
         "scheduler_running_mean": float(np.mean(run.running)) if run.running else float("nan"),
+        "longest_step_ms": run.longest_step_s * 1e3,
+        "longest_step_at_s": run.longest_step_at_s,
     }

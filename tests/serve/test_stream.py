@@ -122,3 +122,24 @@ def test_an_engine_that_renames_requests_fails_instead_of_hanging() -> None:
     engine.step = renamed
     with pytest.raises(RuntimeError, match="not one it was sent"):
         _serve(engine, StreamSpec(4, 2))
+
+
+def test_the_longest_step_shows_a_stall_and_when_it_began(test_seed: int) -> None:
+    """A compile on first use or a collection stalls one step; the stream records how long and when."""
+    rng = random.Random(test_seed)
+    engine = FakeEngine([0.0], 4, 6)
+    stalled_step, stall_s = rng.randint(3, 10), rng.uniform(0.5, 3.0)
+    real_step, calls = engine.step, [0]
+
+    def step() -> list[SimpleNamespace]:
+        calls[0] += 1
+        if calls[0] == stalled_step:
+            engine.clock[0] += stall_s
+        return real_step()
+
+    engine.step = step
+    m = stream_metrics(_serve(engine, StreamSpec(16, 8)))
+    assert m["longest_step_ms"] == pytest.approx((stall_s + 0.01) * 1e3)
+    assert m["longest_step_at_s"] == pytest.approx(0.01 * (stalled_step - 1))
+    steady = stream_metrics(_serve(FakeEngine([0.0], 4, 6), StreamSpec(16, 8)))
+    assert steady["longest_step_ms"] == pytest.approx(10.0)
