@@ -120,6 +120,8 @@ class EngineFacts:
     cascade_attn: bool  # True unless the engine disables cascade attention
     attention_backend: str | None
     kv_connector: str | None
+    tensor_parallel_size: int = 1
+    pipeline_parallel_size: int = 1
 
 
 @dataclass(frozen=True)
@@ -136,6 +138,16 @@ def _fail(field: str, want: str, got: object) -> None:
 
 def check_engine(cfg: ServingConfig, engine: EngineFacts) -> None:
     """Fail closed on anything the mode cannot serve correctly; called before any request is served."""
+    # Every rank would load the whole cartridge, while a rank's attention and KV cache hold only its slice of the
+    # KV heads (its layers, under pipeline parallelism): the shared kernel would pair the wrong heads and the
+    # connector would write all heads into one rank's pages. Per-rank slices are not built (issue 20).
+    parallel = (engine.tensor_parallel_size, engine.pipeline_parallel_size)
+    if parallel != (1, 1):
+        _fail(
+            "parallel_config",
+            "tensor_parallel_size = pipeline_parallel_size = 1 (the cartridge is not sliced per rank)",
+            f"tensor_parallel_size={parallel[0]}, pipeline_parallel_size={parallel[1]}",
+        )
     if cfg.mode is Mode.SHARED:
         if engine.speculative:
             _fail("speculative_config", "none in shared mode (drafts would attend without the cartridge)", "set")
@@ -246,6 +258,7 @@ def engine_facts(vllm_config: Any) -> EngineFacts:
     hf = mc.hf_config
     backend = getattr(getattr(vllm_config, "attention_config", None), "backend", None)
     ktc = getattr(vllm_config, "kv_transfer_config", None)
+    pc = getattr(vllm_config, "parallel_config", None)
     return EngineFacts(
         architectures=tuple(getattr(hf, "architectures", None) or ()),
         num_layers=int(hf.num_hidden_layers),
@@ -260,6 +273,8 @@ def engine_facts(vllm_config: Any) -> EngineFacts:
         cascade_attn=not bool(getattr(mc, "disable_cascade_attn", False)),
         attention_backend=getattr(backend, "name", None) if backend is not None else None,
         kv_connector=getattr(ktc, "kv_connector", None) if ktc is not None else None,
+        tensor_parallel_size=int(getattr(pc, "tensor_parallel_size", 1) or 1),
+        pipeline_parallel_size=int(getattr(pc, "pipeline_parallel_size", 1) or 1),
     )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import random
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -27,6 +28,7 @@ from qualify.serve.config import (
     check_engine,
     check_vllm_version,
     checked_serving,
+    engine_facts,
     engine_kwargs,
     layer_order,
     serving_config,
@@ -107,6 +109,32 @@ def test_shared_mode_guards_fail_closed_naming_the_field(facts: dict, field: str
     with pytest.raises(CartridgeServingError) as exc:
         check_engine(config(), engine(**facts))
     assert_names_field(exc, field)
+
+
+@pytest.mark.parametrize("mode", ["shared", "inject"])
+@pytest.mark.parametrize(("tp", "pp"), [(2, 1), (4, 1), (1, 2), (2, 2)])
+def test_parallel_engines_are_refused_until_the_cartridge_is_sliced_per_rank(mode: str, tp: int, pp: int) -> None:
+    facts = engine if mode == "shared" else inject_engine
+    with pytest.raises(CartridgeServingError) as exc:
+        check_engine(config(mode), facts(tensor_parallel_size=tp, pipeline_parallel_size=pp))
+    assert_names_field(exc, "parallel_config")
+    assert f"tensor_parallel_size={tp}, pipeline_parallel_size={pp}" in str(exc.value)
+
+
+def test_engine_facts_read_the_parallel_sizes_from_a_vllm_config() -> None:
+    tp = random.choice([1, 2, 4, 8])
+    hf = SimpleNamespace(architectures=["CartridgeQwen3ForCausalLM"], num_hidden_layers=2, num_attention_heads=4,
+                         num_key_value_heads=2)  # fmt: skip
+    vllm_config = SimpleNamespace(
+        model_config=SimpleNamespace(hf_config=hf, get_head_size=lambda: 64, dtype="torch.bfloat16",
+                                     disable_cascade_attn=True),
+        cache_config=SimpleNamespace(block_size=8, cache_dtype="auto", enable_prefix_caching=False),
+        parallel_config=SimpleNamespace(tensor_parallel_size=tp, pipeline_parallel_size=1),
+    )  # fmt: skip
+    facts = engine_facts(vllm_config)
+    assert (facts.tensor_parallel_size, facts.pipeline_parallel_size) == (tp, 1)
+    del vllm_config.parallel_config  # a config without one is a single rank
+    assert (engine_facts(vllm_config).tensor_parallel_size, engine_facts(vllm_config).pipeline_parallel_size) == (1, 1)
 
 
 @pytest.mark.parametrize(("cartridge_len", "block_size"), [(632, 16), (20, 8), (20, 16), (648, 16)])
