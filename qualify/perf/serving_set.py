@@ -85,8 +85,7 @@ def _serve_cell(
     """Warm-up streams, then the timed ones: (their metrics, the least cartridge positions cached in each, label)."""
     requests, rate, prefix = kind
     runs, cached, label = [], [], ""
-    warmups = timing.warmups
-    for rep in range(warmups + timing.repetitions):
+    for rep in range(timing.warmups + timing.repetitions):
         spec = StreamSpec(requests, clients, rate, seed=seed * 1000 + rep)
         label = spec.label
         before = len(cartridge_positions(log))
@@ -94,7 +93,7 @@ def _serve_cell(
             run = serve_stream(engine, prompts, params, spec, request_prefix=f"{prefix}s{suffix}c{clients}r{rep}",
                                running=scheduler_running(engine))  # fmt: skip
         hits = cartridge_positions(log)[before:]
-        if rep < warmups:
+        if rep < timing.warmups:
             continue
         check_cartridge_shared(lay, spec.requests, hits, shared_once)
         runs.append({**stream_metrics(run), "gc_pause_ms": pauses.pause_s * 1e3})

@@ -13,9 +13,10 @@ Each request records when it arrived and when each of its output tokens came bac
 returned it). Given a probe of the engine's scheduler, each step also records how many requests the scheduler ran
 (sent requests beyond those wait in its queue for KV memory): the admitted concurrency as measured, not as computed.
 `stream_metrics` turns a run into completed requests/s, output tokens/s, TTFT and ITL (the gap between consecutive
-tokens of a request) percentiles, the most requests that were in the engine at once, and the scheduler's peak and
-mean of running requests. The engine's own scheduler admits what its KV memory holds, so with equal KV memory the
-layouts with fewer bytes per request run more requests at once; that is the comparison.
+tokens of a request) percentiles, the most requests that were in the engine at once, the scheduler's peak and mean
+of running requests, and the longest engine step (a stall: a compile on first use, a collection). The engine's own
+scheduler admits what its KV memory holds, so with equal KV memory the layouts with fewer bytes per request run more
+requests at once; that is the comparison.
 """
 
 from __future__ import annotations
