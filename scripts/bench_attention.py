@@ -61,6 +61,10 @@ DECODE_CANDIDATES = [  # (reqs_per_program, block_n, num_warps, num_stages, spli
     # Flash-decoding: each (request, KV head) over several programs (the heuristics choose by SM count alone).
     (1, 128, 4, 2, 2), (1, 128, 4, 2, 4), (1, 128, 4, 2, 8), (1, 128, 4, 2, 16), (1, 64, 4, 2, 4), (1, 64, 4, 2, 8),
     (1, 64, 4, 2, 16),
+    # Smaller tiles, several programs per SM: the packed decode at batch 64 runs ~4x slower than its bytes allow
+    # (latency-bound with one 106 KB program per SM), so these trade tile width for programs in flight.
+    (1, 64, 4, 2, 1), (1, 64, 2, 3, 1), (2, 64, 4, 2, 1), (2, 64, 4, 3, 1), (2, 64, 2, 3, 1), (2, 128, 4, 2, 1),
+    (4, 64, 4, 3, 1), (4, 128, 4, 2, 1),
 ]  # fmt: skip
 PREFILL_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_specialize)
     (128, 64, 8, 3, False), (128, 64, 8, 4, False), (128, 128, 8, 2, False), (128, 128, 8, 3, False),

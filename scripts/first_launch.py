@@ -6,9 +6,11 @@ when a launch needs a binary it has not built, against the same launch once buil
 Qwen3-8B attention (32 query / 8 KV heads, head_dim 128), 8-token pages, a 632-position K16/V8 cartridge, K16/V8
 live pages. A sequence of prefill batches (64 new tokens per request) and decode batches (1 token), in an order
 that meets each of Triton's integer specializations of the batch size (being 1, divisible by 16, neither) first at
-one size and then again at another: a launch whose plan variant and size class were seen before should cost a
-launch, one that meets a new class or variant should cost a compile (a fresh machine has no Triton cache) or a
-disk-cache load. Each launch is timed to completion from the host, first and second call.
+one size and then again at another. The kernel no longer specializes the batch (`do_not_specialize`), so a launch
+whose plan variant was seen before should cost a launch whatever its size class, and only a new variant a compile
+(a fresh machine has no Triton cache) or a disk-cache load; run with the kernel from before that change on the
+PYTHONPATH, a new size class of a known variant compiles too. Each launch is timed to completion from the host,
+first and second call.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import torch
 from cartridge_attn import CartridgeAttention, random_problem
+from cartridge_attn import _kernel as K
 from cartridge_attn.dispatch import specialization_of
 from cartridge_attn.launch import int_specialization
 
@@ -66,6 +69,8 @@ def main() -> int:
         variant = specialization_of(attn.plan_info).key
         rows.append({"kind": kind, "requests": n, "size_class": size_class, "variant": variant,
                      "first_ms": first, "second_ms": second})  # fmt: skip
+    source = Path(K.__file__).resolve()
+    print(f"kernel: {source}")
     print("| kind | requests | size class | variant | first launch ms | second ms |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:
@@ -73,7 +78,7 @@ def main() -> int:
         print("| " + " | ".join(map(str, cells)) + f" | {r['first_ms']:.1f} | {r['second_ms']:.2f} |")
     if args.out:
         name = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu (interpreter)"
-        args.out.write_text(json.dumps({"device": name, "rows": rows}, indent=1))
+        args.out.write_text(json.dumps({"device": name, "kernel": str(source), "rows": rows}, indent=1))
     return 0
 
 

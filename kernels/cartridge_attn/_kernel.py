@@ -107,7 +107,10 @@ def _attend(
 # ---------------------------------------------------------------------------------------------------
 # The kernel.
 # ---------------------------------------------------------------------------------------------------
-@triton.jit
+# num_reqs is never specialized: Triton would otherwise build a separate binary for a batch of exactly 1 (and one
+# for a multiple of 16), so the first lone-request prefill in a serving engine whose warm-up never made one paid a
+# compile, and prefill does not even read it. Only decode's bounds checks do, where a constant 1 saves nothing.
+@triton.jit(do_not_specialize=["num_reqs"])
 def cartridge_attn_kernel(
     q_ptr,
     o_ptr,

@@ -21,7 +21,7 @@ import torch
 
 from . import _kernel as K
 from .errors import NotPlannedError, UnsupportedArchitectureError, UnsupportedLayoutError
-from .launch import DirectLaunches, int_specialization, pointer_specialization
+from .launch import DirectLaunches, pointer_specialization
 from .paging import split_combined_kv
 from .workspace import DecodeWorkspace
 
@@ -847,9 +847,10 @@ class CartridgeAttention:
             self.last_compiled = K.cartridge_attn_kernel[p.grid](*args, **constexprs, **options)
             return out
         # What can change between this layer's calls and Triton specializes on; the operands' tensors, strides
-        # and the cartridge length are the layer's own (fixed while the operands live).
+        # and the cartridge length are the layer's own (fixed while the operands live), and the batch is not
+        # specialized (the kernel's do_not_specialize).
         key = (
-            cfg, p.mode, p.causal, *int_specialization(p.batch),
+            cfg, p.mode, p.causal,
             q.stride(0), q.stride(1), out.stride(0), out.stride(1), *pointer_specialization((q, out, *plan_tensors)),
         )  # fmt: skip
         self.last_compiled = layer.launches.launch(p.grid, key, args, constexprs, options)
