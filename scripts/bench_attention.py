@@ -66,11 +66,19 @@ DECODE_CANDIDATES = [  # (reqs_per_program, block_n, num_warps, num_stages, spli
     (1, 64, 4, 2, 1), (1, 64, 2, 3, 1), (2, 64, 4, 2, 1), (2, 64, 4, 3, 1), (2, 64, 2, 3, 1), (2, 128, 4, 2, 1),
     (4, 64, 4, 3, 1), (4, 128, 4, 2, 1),
 ]  # fmt: skip
-PREFILL_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_specialize)
-    (128, 64, 8, 3, False), (128, 64, 8, 4, False), (128, 128, 8, 2, False), (128, 128, 8, 3, False),
-    (128, 32, 4, 4, False), (64, 64, 4, 3, False), (64, 32, 4, 4, False),
+PREFILL_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_specialize, cartridge_tma)
+    (128, 64, 8, 3, False, False), (128, 64, 8, 4, False, False), (128, 128, 8, 2, False, False),
+    (128, 128, 8, 3, False, False), (128, 32, 4, 4, False, False), (128, 64, 4, 3, False, False),
+    (128, 64, 4, 2, False, False), (64, 64, 4, 3, False, False), (64, 32, 4, 4, False, False),
     # Triton's Hopper warp specialization (4 warps: one producer and two consumer warpgroups over the tile's rows).
-    (128, 32, 4, 4, True), (128, 64, 4, 3, True), (128, 64, 4, 2, True), (128, 128, 4, 2, True),
+    (128, 32, 4, 4, True, False), (128, 64, 4, 3, True, False), (128, 64, 4, 2, True, False),
+    (128, 128, 4, 2, True, False),
+    # The cartridge's full tiles through TMA descriptors, alone and under warp specialization (whose producer
+    # partition Triton builds around descriptor loads).
+    (128, 32, 4, 4, False, True), (128, 64, 4, 3, False, True), (128, 64, 8, 3, False, True),
+    (128, 128, 8, 3, False, True), (64, 64, 4, 3, False, True), (64, 32, 4, 4, False, True),
+    (128, 32, 4, 4, True, True), (128, 64, 4, 3, True, True), (128, 64, 4, 2, True, True),
+    (128, 128, 4, 2, True, True),
 ]  # fmt: skip
 
 
@@ -154,10 +162,12 @@ def table(results: list[WorkResult], title: str = "") -> str:
     return "\n".join(lines)
 
 
-def warp_specialization_problem() -> str | None:
-    """None when the warp-specialized prefill compiles specialized and matches the reference on this GPU (its GPU
-    test); else why not. It runs in a child process: a compiler abort in this one would lose the whole sweep."""
-    test = "tests/kernels/test_cartridge_attn_gpu.py::test_qwen_prefill_variable_lengths[k16v8-warp-specialized]"
+def warp_specialization_problem(tma: bool) -> str | None:
+    """None when the warp-specialized prefill (over TMA cartridge loads with ``tma``) compiles specialized and
+    matches the reference on this GPU (its GPU test); else why not. It runs in a child process: a compiler abort in
+    this one would lose the whole sweep."""
+    variant = "k16v8-tma-warp-specialized" if tma else "k16v8-warp-specialized"
+    test = f"tests/kernels/test_cartridge_attn_gpu.py::test_qwen_prefill_variable_lengths[{variant}]"
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", test],
                           capture_output=True, text=True, timeout=300, check=False)  # fmt: skip
     return None if proc.returncode == 0 else f"warp specialization probe failed: {(proc.stdout + proc.stderr)[-300:]}"
@@ -172,9 +182,11 @@ def sweep(metric_names: list[str], variant: str) -> list[dict[str, Any]]:
     from qualify.perf.timing import time_step
 
     device = torch.device("cuda", 0)
-    ws_problem = warp_specialization_problem() if "ttft_proxy_ms" in metric_names else None
-    if ws_problem:
-        print(ws_problem, flush=True)
+    ws_problem = {tma: warp_specialization_problem(tma) if "ttft_proxy_ms" in metric_names else None
+                  for tma in (False, True)}  # fmt: skip
+    for problem in ws_problem.values():
+        if problem:
+            print(problem, flush=True)
     rows = []
     for metric_name in metric_names:
         shape, m = shape_set(metric_name, variant), metric(metric_name)
@@ -188,18 +200,22 @@ def sweep(metric_names: list[str], variant: str) -> list[dict[str, Any]]:
                         cfg = ca.decode_config(group, shape.head_dim, batch, live, reqs=r, block_n=bn, num_warps=w,
                                                num_stages=s, splits=k)  # fmt: skip
                     else:
-                        bm, bn, w, s, ws = cand
+                        bm, bn, w, s, ws, tma = cand
                         cfg = ca.prefill_config(group, shape.head_dim, block_m=bm, block_n=bn, num_warps=w,
-                                                num_stages=s, warp_specialize=ws)  # fmt: skip
+                                                num_stages=s, warp_specialize=ws, cartridge_tma=tma)  # fmt: skip
                     row: dict[str, Any] = {"phase": m.phase, "batch": batch, "tokens": suffix, "config": cfg.as_dict()}
-                    if cfg.warp_specialize and ws_problem:
-                        rows.append({**row, "error": ws_problem})
+                    if cfg.warp_specialize and ws_problem[cfg.cartridge_tma]:
+                        rows.append({**row, "error": ws_problem[cfg.cartridge_tma]})
                         continue
                     try:
                         spec = cell_spec(shape, m, batch, suffix, l2_cold=True, redundant=1, device=device, seed=1234,
                                          kernel_config=cfg)  # fmt: skip
-                        t = time_step(build("fused-k16v8", spec).calls, warmups=2, repetitions=8)
+                        built = build("fused-k16v8", spec)
+                        t = time_step(built.calls, warmups=2, repetitions=8)
                         row["per_layer_us"] = per_layer_us(t.samples_ms, shape.num_layers)
+                        # What the variant costs the SM (the occupancy it allows): registers, spills, shared memory.
+                        facts = built.identity() if built.identity is not None else {}
+                        row["binary"] = {k: facts.get(k) for k in ("registers", "spills", "shared_bytes")}
                     except Exception as exc:  # a configuration the kernel refuses is a result of the sweep
                         row["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
                     rows.append(row)
@@ -215,6 +231,7 @@ def main() -> int:
     ap.add_argument("--only", choices=["decode", "prefill", "all"], default="all")
     ap.add_argument("--repetitions", type=int, default=40, help="timed steps per cell")
     ap.add_argument("--tune", action="store_true", help="sweep the fused kernel's configurations first")
+    ap.add_argument("--sweep-only", action="store_true", help="with --tune: the sweep alone, no benchmark after it")
     ap.add_argument("--worker-timeout", type=float, default=300.0, help="seconds per worker process")
     ap.add_argument("--shapes", nargs="+", choices=list(SHAPES), default=["qwen3-8b"], help="attention shapes")
     ap.add_argument("--implementations", nargs="+", choices=KERNEL_SET.names(), default=KERNEL_SET.names())
@@ -232,6 +249,8 @@ def main() -> int:
     if args.tune:
         # The configurations are swept at the first shape (the one the dispatch table is tuned on).
         (args.out / "sweep.json").write_text(json.dumps({"env": env, "sweep": sweep(wanted, args.shapes[0])}, indent=1))
+        if args.sweep_only:
+            return 0
     runs = []
     for variant in args.shapes:
         for cold in {"cold": [True], "warm": [False], "both": [True, False]}[args.l2]:

@@ -116,6 +116,8 @@ def cartridge_attn_kernel(
     o_ptr,
     ck_ptr,
     cv_ptr,
+    ck_desc,
+    cv_desc,
     cv_scale_ptr,
     lk_ptr,
     lv_ptr,
@@ -159,6 +161,7 @@ def cartridge_attn_kernel(
     DOT_F32: tl.constexpr,
     SPLITS: tl.constexpr,
     WARP_SPEC: tl.constexpr,
+    CART_TMA: tl.constexpr,
 ):
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -254,11 +257,19 @@ def cartridge_attn_kernel(
             )
     else:
         n_cart_full = (n_cart // BLOCK_N) * BLOCK_N
-        for start in tl.range(0, n_cart_full, BLOCK_N, warp_specialize=WARP_SPEC):
-            pos = start + offs_n
-            k = tl.load(ck_base + pos[:, None] * stride_ckt + offs_d[None, :])
-            v = tl.load(cv_base + pos[:, None] * stride_cvt + offs_d[None, :])  # FP8 load issued before the QK dot
-            acc, m_i, l_i = _attend(acc, m_i, l_i, q, k, v, 0, cv_scale, qk_scale, False, CV_FP8, False, DOT_F32)
+        if CART_TMA:
+            # The descriptors view the cartridge as (T_c, H_kv * D): a tile is a box of BLOCK_N rows at column
+            # kvh * D, copied into shared memory by the TMA unit with no per-thread addresses.
+            for start in tl.range(0, n_cart_full, BLOCK_N, warp_specialize=WARP_SPEC):
+                k = ck_desc.load([start, kvh * HEAD_DIM])
+                v = cv_desc.load([start, kvh * HEAD_DIM])
+                acc, m_i, l_i = _attend(acc, m_i, l_i, q, k, v, 0, cv_scale, qk_scale, False, CV_FP8, False, DOT_F32)
+        else:
+            for start in tl.range(0, n_cart_full, BLOCK_N, warp_specialize=WARP_SPEC):
+                pos = start + offs_n
+                k = tl.load(ck_base + pos[:, None] * stride_ckt + offs_d[None, :])
+                v = tl.load(cv_base + pos[:, None] * stride_cvt + offs_d[None, :])  # FP8 load before the QK dot
+                acc, m_i, l_i = _attend(acc, m_i, l_i, q, k, v, 0, cv_scale, qk_scale, False, CV_FP8, False, DOT_F32)
         if n_cart_full < n_cart:
             pos = n_cart_full + offs_n
             ok = pos < n_cart

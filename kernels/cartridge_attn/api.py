@@ -117,6 +117,32 @@ class LayerOperands:
     num_pages: int
     signature: tuple
     launches: DirectLaunches | None = field(default=None, compare=False, repr=False)
+    # TMA descriptors of the cartridge by tile height, built on a TMA prefill's first launch (they never change
+    # while the operands live).
+    descriptors: dict[int, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False)
+
+    def cartridge_descriptors(self, block_n: int) -> tuple[Any, Any]:
+        """Host TMA descriptors of the cartridge K and V viewed as ``(T_c, H_kv * D)``, boxes of ``block_n`` rows
+        by one head; the layout the TMA unit needs is checked here, once per tile height."""
+        if block_n not in self.descriptors:
+            self.descriptors[block_n] = tuple(
+                _cartridge_descriptor(name, t, block_n)
+                for name, t in (("cartridge K", self.cartridge_k), ("cartridge V", self.cartridge_v))
+            )
+        return self.descriptors[block_n]
+
+
+def _cartridge_descriptor(name: str, t: torch.Tensor, block_n: int) -> Any:
+    from triton.tools.tensor_descriptor import TensorDescriptor
+
+    t_c, h_kv, d = t.shape
+    if t.stride(1) != d:
+        raise UnsupportedLayoutError(f"{name} head stride", f"{d} (heads adjacent, for TMA loads)", t.stride(1))
+    if t.data_ptr() % 16 or (t.stride(0) * t.element_size()) % 16:
+        raise UnsupportedLayoutError(
+            f"{name} base / token stride", "16-byte aligned (for TMA loads)", (t.data_ptr() % 16, t.stride(0))
+        )
+    return TensorDescriptor(t, [t_c, h_kv * d], [t.stride(0), 1], [block_n, d])
 
 
 def _split_workspace(
@@ -668,6 +694,8 @@ class CartridgeAttention:
                     "reqs_per_program a power of two, reqs*group <= block_m, block_n/reqs >= 16",
                     cfg.as_dict(),
                 )
+            if cfg.cartridge_tma:
+                raise UnsupportedLayoutError("decode config cartridge_tma", "False (a prefill option)", True)
         elif cfg.reqs_per_program != 1 or cfg.splits != 1:
             raise UnsupportedLayoutError("prefill config reqs_per_program / splits", "1 / 1", cfg.as_dict())
 
@@ -823,12 +851,14 @@ class CartridgeAttention:
         cfg = p.config
         t = p.tensors
         ck, cv, live_k, live_v = layer.cartridge_k, layer.cartridge_v, layer.live_k, layer.live_v
+        ck_desc, cv_desc = layer.cartridge_descriptors(cfg.block_n) if cfg.cartridge_tma else (None, None)
         plan_tensors = (
             t["qo_indptr"], t["kv_indptr"], t["kv_indices"], t["kv_len"], t["tile_req"], t["tile_row"],
             t["split_o"], t["split_ml"], t["split_count"],
         )  # fmt: skip
         args = (
-            q, out, ck, cv, layer.cartridge_v_scale, live_k, live_v, layer.live_v_scale, *plan_tensors,
+            q, out, ck, cv, ck_desc, cv_desc, layer.cartridge_v_scale, live_k, live_v, layer.live_v_scale,
+            *plan_tensors,
             p.batch, p.cartridge_len, p.sm_scale * _LOG2E,
             q.stride(0), q.stride(1), out.stride(0), out.stride(1),
             ck.stride(0), ck.stride(1), cv.stride(0), cv.stride(1),
@@ -841,6 +871,7 @@ class CartridgeAttention:
             "DECODE": p.mode == "decode", "CAUSAL": p.causal,
             "CV_FP8": p.cartridge_v_dtype == K.FP8_DTYPE, "LV_FP8": p.live_v_dtype == K.FP8_DTYPE,
             "DOT_F32": K.INTERPRETED, "SPLITS": cfg.splits, "WARP_SPEC": cfg.warp_specialize,
+            "CART_TMA": cfg.cartridge_tma,
         }  # fmt: skip
         options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
         if layer.launches is None:

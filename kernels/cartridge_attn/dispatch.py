@@ -202,6 +202,7 @@ class Specialization:
     num_stages: int
     splits: int = 1
     warp_specialize: bool = False
+    cartridge_tma: bool = False
 
     @property
     def key(self) -> str:
@@ -215,7 +216,7 @@ class Specialization:
     def config(self) -> K.KernelConfig:
         return K.KernelConfig(
             self.block_m, self.block_n, self.reqs_per_program, self.num_warps, self.num_stages, self.splits,
-            self.warp_specialize,
+            self.warp_specialize, self.cartridge_tma,
         )  # fmt: skip
 
 
@@ -238,4 +239,5 @@ def specialization_of(plan: Plan) -> Specialization:
         num_stages=c.num_stages,
         splits=c.splits,
         warp_specialize=c.warp_specialize,
+        cartridge_tma=c.cartridge_tma,
     )

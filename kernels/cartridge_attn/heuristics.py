@@ -44,6 +44,11 @@ class KernelConfig:
         Prefill only: Triton's warp specialization of the unmasked cartridge and live loops (on SM90 a producer
         warpgroup loads while two consumer warpgroups split the tile's rows), so that softmax and tensor-core work
         overlap. Triton 3.6 specializes 4-warp kernels only, so it needs ``num_warps`` 4.
+    cartridge_tma : bool
+        Prefill only: the dense cartridge's full tiles come through Hopper's tensor memory accelerator (host-built
+        TMA descriptors) instead of per-thread pointer gathers, which frees the address registers and issue slots
+        of the cartridge loop; the paged live suffix keeps its gathers (a page is smaller than a tile). The
+        cartridge's heads must then be ``head_dim`` apart (``stride(1) == head_dim``) and 16-byte aligned.
     """
 
     block_m: int
@@ -53,11 +58,14 @@ class KernelConfig:
     num_stages: int
     splits: int = 1
     warp_specialize: bool = False
+    cartridge_tma: bool = False
 
     def __post_init__(self) -> None:
         # Triton would compile any other combination without specializing: the name would claim what did not run.
         if self.warp_specialize and (self.num_warps != 4 or self.reqs_per_program != 1 or self.splits != 1):
             raise ValueError(f"warp_specialize needs 4 warps, one request per program and no split: {self}")
+        if self.cartridge_tma and (self.reqs_per_program != 1 or self.splits != 1):
+            raise ValueError(f"cartridge_tma is a prefill option (one request per program, no split): {self}")
 
     def as_dict(self) -> dict[str, int | bool]:
         return asdict(self)
@@ -65,10 +73,13 @@ class KernelConfig:
     @property
     def tag(self) -> str:
         """A short name, e.g. ``m16n128r2w4s3`` (block_m, block_n, reqs_per_program, warps, stages), ``k4``
-        appended for 4 splits and ``ws`` for warp specialization."""
+        appended for 4 splits, ``tma`` for TMA cartridge loads and ``ws`` for warp specialization."""
         split = f"k{self.splits}" if self.splits > 1 else ""
+        tma = "tma" if self.cartridge_tma else ""
         ws = "ws" if self.warp_specialize else ""
-        return f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}{split}{ws}"
+        return (
+            f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}{split}{tma}{ws}"
+        )
 
 
 # The inputs at which the default configurations change, named once: the heuristics below read them and
@@ -165,6 +176,7 @@ def prefill_config(
     num_warps: int | None = None,
     num_stages: int | None = None,
     warp_specialize: bool = False,
+    cartridge_tma: bool = False,
 ) -> KernelConfig:
     """Prefill configuration; the defaults follow the H200 sweep recorded in results/2026-11-29-kernel-h200/.
 
@@ -187,4 +199,5 @@ def prefill_config(
         num_warps=num_warps if num_warps is not None else 4,
         num_stages=num_stages if num_stages is not None else (4 if deep else 3),
         warp_specialize=warp_specialize,
+        cartridge_tma=cartridge_tma,
     )

@@ -46,15 +46,23 @@ def test_qwen_decode(cart_v: torch.dtype, reqs: int | None) -> None:
 
 
 @pytest.mark.parametrize(
-    ("cart_v", "block_m", "ws"),
-    [(V8, None, False), (V16, None, False), (V8, 64, False), (V8, 128, True)],
-    ids=["k16v8-default", "k16v16-default", "k16v8-bm64", "k16v8-warp-specialized"],
-)
-def test_qwen_prefill_variable_lengths(cart_v: torch.dtype, block_m: int | None, ws: bool) -> None:
+    ("cart_v", "block_m", "ws", "tma"),
+    [
+        (V8, None, False, False), (V16, None, False, False), (V8, 64, False, False), (V8, 128, True, False),
+        (V8, 128, False, True), (V16, 128, False, True), (V8, 64, False, True), (V8, 128, True, True),
+    ],
+    ids=[
+        "k16v8-default", "k16v16-default", "k16v8-bm64", "k16v8-warp-specialized",
+        "k16v8-tma", "k16v16-tma", "k16v8-bm64-tma", "k16v8-tma-warp-specialized",
+    ],
+)  # fmt: skip
+def test_qwen_prefill_variable_lengths(cart_v: torch.dtype, block_m: int | None, ws: bool, tma: bool) -> None:
     q_lens, live = [1, 17, 130, 64], [40, 17, 200, 64]
     pr = random_problem(q_lens, live, cartridge_v_dtype=cart_v, device=CUDA, **QWEN)
-    cfg = None if block_m is None else prefill_config(4, 128, block_m=block_m, warp_specialize=ws)
+    cfg = None if block_m is None else prefill_config(4, 128, block_m=block_m, warp_specialize=ws, cartridge_tma=tma)
     o = run_fused(pr, config=cfg)
+    # TMA loads compile to the bulk tensor copy (cp.async.bulk.tensor), or the "tma" variant is the pointer one.
+    assert ("cp.async.bulk.tensor" in o.attn.last_compiled.asm["ptx"]) == tma
     # Triton skips the specialization silently when it cannot partition the loop: the compiled IR must hold the
     # warp-specialize op (not only the loop attribute that asked for it), or the "ws" variant is the default one.
     assert (re.search(r"\bttg\.warp_specialize\b", o.attn.last_compiled.asm["ttgir"]) is not None) == ws

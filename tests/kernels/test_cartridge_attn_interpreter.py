@@ -15,6 +15,7 @@ import pytest
 import torch
 from _cartridge_attn_check import Outcome, assert_matches, run_fused
 from cartridge_attn import AttentionProblem, decode_config, kernel_identity, prefill_config, random_problem
+from cartridge_attn.errors import UnsupportedLayoutError
 
 
 @pytest.mark.parametrize("reqs", [1, 2, 4])
@@ -176,3 +177,34 @@ def test_prefill_warp_specialized(q_lens: list[int], live_lens: list[int], kerne
     assert_matches(o)
     identity = kernel_identity(o.attn)
     assert identity["config"]["warp_specialize"] is True and identity["specialization"].endswith("ws")
+
+
+@pytest.mark.parametrize(
+    ("q_lens", "live_lens", "cartridge_len", "ws"),
+    [([3, 1, 7], [5, 17, 9], 40, False), ([20], [40], 48, False), ([3, 1, 7], [5, 17, 9], 40, True)],
+    ids=["ragged-cartridge", "whole-tiles", "warp-specialized"],
+)
+def test_prefill_cartridge_tma(
+    q_lens: list[int], live_lens: list[int], cartridge_len: int, ws: bool, kernel_device: torch.device
+) -> None:
+    # The cartridge's full tiles through TMA descriptor boxes (a head's columns of the (T_c, H_kv * D) view) must
+    # combine the same keys as the pointer gathers: a wrong column offset reads another head's cartridge, a box of
+    # the wrong height another tile. A ragged cartridge keeps its last, partial tile on the masked pointer path.
+    pr = random_problem(q_lens, live_lens, cartridge_len=cartridge_len, device=kernel_device)
+    cfg = prefill_config(4, 64, block_m=16, block_n=16, num_warps=4, cartridge_tma=True, warp_specialize=ws)
+    o = run_fused(pr, mode="prefill", config=cfg)
+    assert_matches(o)
+    identity = kernel_identity(o.attn)
+    assert identity["config"]["cartridge_tma"] is True and "tma" in identity["specialization"]
+
+
+def test_cartridge_tma_refuses_strided_heads(kernel_device: torch.device) -> None:
+    # TMA boxes need the heads of a token next to each other: a cartridge whose heads are further apart is refused
+    # with the field named, never read wrongly.
+    pr = random_problem([3], [5], cartridge_len=32, device=kernel_device)
+    wide = torch.zeros(32, 2, 2 * 64, dtype=pr.cartridge_k.dtype, device=kernel_device)
+    wide[:, :, :64] = pr.cartridge_k
+    pr = dataclasses.replace(pr, cartridge_k=wide[:, :, :64])
+    cfg = prefill_config(4, 64, block_m=16, block_n=16, cartridge_tma=True)
+    with pytest.raises(UnsupportedLayoutError, match="cartridge K head stride"):
+        run_fused(pr, mode="prefill", config=cfg)

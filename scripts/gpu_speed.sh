@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# Issue 17 on the SM90 host (project root), one step per device call, back to back (the host keeps /tmp only while
+# it stays up, ~30 s after a call):
+#
+#   bash scripts/gpu_speed.sh sweep <commit>     (carry .gpu)  the kernel's GPU tests, then the decode and prefill
+#        configuration sweeps (bench_attention.py --tune --sweep-only): what the dispatch table is chosen from
+#   bash scripts/gpu_speed.sh shapes <commit>    (carry .gpu/setup.sh, .vllm/1, .vllm/MANIFEST, .vllm/stage.sh)
+#        stages vLLM part 1; the measurement record's other shapes (page 16, head_dim 64, a GQA group of 3) with the
+#        L2 cold, and the Qwen3-8B shape with the L2 warm, fused K16/V8 beside FlashInfer over shared pages
+#   bash scripts/gpu_speed.sh qualify            (carry .gpu/setup.sh, .vllm/2, .vllm/MANIFEST, .vllm/stage.sh)
+#        stages vLLM part 2; gates/kernel_numerics.yaml (signed) and `qualify mutants` (8 at once, signed) side
+#        by side: correctness items only, so sharing the GPU changes no verdict
+#   bash scripts/gpu_speed.sh targets            (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
+#        .vllm/setup.sh) stages vLLM part 3; gates/gpu/perf_targets.yaml with the numerics envelope cells in one
+#        signed run, so its coverage table pairs what the timed items dispatched with what numerics qualified
+#   bash scripts/gpu_speed.sh prefill            (carry .gpu/setup.sh, .vllm/setup.sh; vLLM staged by `targets`)
+#        gates/perf.yaml's shared-page items (FA3 and FlashInfer, decode and TTFT proxy) with the numerics envelope
+#        cells of their shape in one signed run
+# Everything comes back under $OUT (a log per step and one tar.gz of the reports).
+set -uo pipefail
+OUT=${OUT:-gpu-out}
+mkdir -p "$OUT"
+step=${1:?usage: gpu_speed.sh sweep|shapes COMMIT, or qualify|targets|prefill}
+commit=${2:-unknown}
+WORK=/tmp/speed-work
+mkdir -p "$WORK"
+export PYTHONUNBUFFERED=1
+source scripts/gpu_lib.sh
+gpu() { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv; }
+
+case $step in
+sweep)
+  {
+    source .gpu/setup.sh
+    gpu
+    log "kernel GPU tests"
+    timeout "${TEST_TIMEOUT:-240}" python3 -m pytest tests/kernels -q -rs -n 12 -p no:cacheprovider >"$OUT/tests.log" 2>&1
+    echo "pytest exit $?"
+    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/tests.log" | tail -n 12
+    log "configuration sweeps"
+    timeout "${SWEEP_TIMEOUT:-330}" python3 scripts/bench_attention.py --out "$OUT" --commit "$commit" --tune \
+      --sweep-only >"$OUT/sweep.log" 2>&1
+    echo "sweep exit $?"
+  } 2>&1 | tee "$OUT/step.log"
+  ;;
+shapes)
+  {
+    bash .vllm/stage.sh 1
+    source .gpu/setup.sh >/dev/null 2>&1
+    gpu
+    impls="fused-k16v8 flashinfer-shared-pages-bf16"
+    log "shapes p16 d64 g3, L2 cold"
+    timeout 240 python3 scripts/bench_attention.py --out "$WORK/shapes-cold" --commit "$commit" --shapes p16 d64 g3 \
+      --implementations $impls --repetitions 20 >"$OUT/shapes-cold.log" 2>&1
+    echo "exit $?"
+    log "qwen3-8b, L2 warm"
+    timeout 120 python3 scripts/bench_attention.py --out "$WORK/shapes-warm" --commit "$commit" --shapes qwen3-8b \
+      --l2 warm --implementations $impls --repetitions 20 >"$OUT/shapes-warm.log" 2>&1
+    echo "exit $?"
+    grep -v '^ ' "$OUT/shapes-cold.log" "$OUT/shapes-warm.log" | grep "|" | tail -n 60
+  } 2>&1 | tee "$OUT/step.log"
+  tar -C "$WORK" -czf "$OUT/shapes.tar.gz" shapes-cold shapes-warm 2>/dev/null
+  ;;
+qualify)
+  {
+    bash .vllm/stage.sh 2
+    source .gpu/setup.sh >/dev/null 2>&1
+    install; keys
+    gpu
+    rm -rf "$WORK/numerics" "$WORK/mutation"
+    log "numerics gate and mutants, side by side"
+    SECONDS=0
+    (timeout 560 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml \
+      --out "$WORK/numerics" --name numerics-h200 --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q \
+      >"$WORK/numerics.log" 2>&1; echo "numerics exit $? after ${SECONDS} s" >>"$WORK/numerics.log") &
+    numerics=$!
+    timeout 560 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants \
+      mutation/cartridge_attn.yaml --jobs 8 --timeout-s 420 --out "$WORK/mutation" --name mutation-h200 \
+      --sign-key "$WORK/keys/signing-key.pem" >"$WORK/mutants.log" 2>&1
+    echo "mutants exit $? after ${SECONDS} s" >>"$WORK/mutants.log"
+    wait "$numerics"
+    tail -n 25 "$WORK/numerics.log"
+    tail -n 8 "$WORK/mutants.log"
+  } 2>&1 | tee "$OUT/step.log"
+  tar -C "$WORK" -czf "$OUT/qualify.tar.gz" numerics numerics.log mutation mutants.log keys/signing-key.pub.pem 2>/dev/null
+  ;;
+targets)
+  {
+    bash .vllm/stage.sh 3
+    source .gpu/setup.sh >/dev/null 2>&1
+    vllm_if_staged
+    install; keys
+    gpu
+    rm -rf "$WORK/targets"
+    log "decode targets + numerics envelope cells in one run"
+    SECONDS=0
+    timeout "${TARGETS_TIMEOUT:-540}" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
+      gates/gpu/perf_targets.yaml gates/kernel_numerics.yaml \
+      -k "decode-parity or decode-b16 or decode-b64 or numerics-envelope-decode or numerics-envelope-prefill or numerics-envelope-p16" --out "$WORK/targets" --name targets-h200 \
+      --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/targets.log" 2>&1
+    echo "exit $? after ${SECONDS} s"
+    tail -n 40 "$WORK/targets.log"
+  } 2>&1 | tee "$OUT/step.log"
+  tar -C "$WORK" -czf "$OUT/targets.tar.gz" targets targets.log keys/signing-key.pub.pem 2>/dev/null
+  ;;
+prefill)
+  {
+    source .gpu/setup.sh >/dev/null 2>&1
+    vllm_if_staged
+    install; keys
+    gpu
+    rm -rf "$WORK/prefill"
+    log "perf.yaml shared-page items (FA3, FlashInfer)"
+    SECONDS=0
+    timeout "${PREFILL_TIMEOUT:-540}" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
+      gates/perf.yaml gates/kernel_numerics.yaml -k "shared-pages or numerics-envelope-decode or numerics-envelope-prefill" \
+      --out "$WORK/prefill" --name shared-pages-h200 \
+      --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/prefill.log" 2>&1
+    echo "exit $? after ${SECONDS} s"
+    tail -n 40 "$WORK/prefill.log"
+  } 2>&1 | tee "$OUT/step.log"
+  tar -C "$WORK" -czf "$OUT/prefill.tar.gz" prefill prefill.log keys/signing-key.pub.pem 2>/dev/null
+  ;;
+*)
+  echo "unknown step $step"
+  exit 2
+  ;;
+esac
