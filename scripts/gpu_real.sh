@@ -28,7 +28,7 @@
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-step=${1:?usage: gpu_real.sh stage K | convert | agreement | loss | gate}
+step=${1:?usage: gpu_real.sh stage K | convert | agreement | loss | gate | served-gate}
 WORK=/tmp/real-work
 mkdir -p "$WORK"
 export PYTHONUNBUFFERED=1
@@ -93,6 +93,26 @@ loss)
     echo "loss wall ${SECONDS} s"
   } 2>&1 | tee "$OUT/loss.log"
   tar -C "$WORK" -czf "$OUT/loss.tar.gz" e2e 2>/dev/null
+  ;;
+served-gate)
+  # The gate alone in the foreground (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh), for a
+  # session with too little device time for the agreement and loss tests beside it.
+  {
+    bash .vllm/stage.sh 3 || exit 1
+    vllm_env || exit 1
+    [[ -s $WORK/model_dir ]] || { echo "no converted model: run the convert step first"; exit 1; }
+    keys
+    log "gates/gpu/real-smollm2.yaml (-k '${GATE_K-}')"
+    rm -rf "$WORK/gate"
+    SECONDS=0
+    QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") timeout "${GATE_WAIT_S:-540}" python3 -c \
+      'import sys; from qualify.cli import main; sys.exit(main())' run gates/gpu/real-smollm2.yaml \
+      ${GATE_K:+-k "$GATE_K"} --out "$WORK/gate" --name real-smollm2-h200 --non-release \
+      --sign-key "$WORK/keys/signing-key.pem" -- -v >"$WORK/gate.log" 2>&1
+    echo "gate exit $? after ${SECONDS} s"
+    tail -n 30 "$WORK/gate.log"
+  } 2>&1 | tee "$OUT/served-gate.log"
+  tar -C "$WORK" -czf "$OUT/gate.tar.gz" gate gate.log keys/signing-key.pub.pem 2>/dev/null
   ;;
 gate)
   if ! wait_for "$WORK/gate.pid" "${GATE_WAIT_S:-560}"; then
