@@ -346,6 +346,8 @@ def cmd_serve_loss(args: argparse.Namespace) -> int:
 
     try:
         settings = real_model_settings(args.model_dir).model_copy(update={"enforce_eager": args.eager})
+        if args.gpu_memory_utilization is not None:
+            settings = settings.model_copy(update={"gpu_memory_utilization": args.gpu_memory_utilization})
         prompt_scores.score(args.layout, args.out, settings=settings, cartridge_file=args.cartridge,
                             eval_set=args.eval_set, fake_quant=args.fake_quant, scaling=args.scaling, top_k=args.top_k,
                             seed=args.seed)  # fmt: skip
@@ -407,6 +409,13 @@ def cmd_lm_eval(args: argparse.Namespace) -> int:
     return run_lm_eval(args.lm_eval_args)
 
 
+def _unit_share(text: str) -> float:
+    value = float(text)
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"a share of the GPU in (0, 1], got {text}")
+    return value
+
+
 def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     from qualify.serve.config import DEFAULT_KERNEL_LAUNCH, KERNEL_LAUNCHES
     from qualify.serve.layouts import LAYOUTS
@@ -454,6 +463,9 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
                        help="top-k per position (vLLM's max_logprobs is 20)")  # fmt: skip
     score.add_argument("--seed", type=int, default=0)
     score.add_argument("--eager", action="store_true", help="eager mode (default: torch.compile with CUDA graphs)")
+    score.add_argument("--gpu-memory-utilization", type=_unit_share, metavar="(0,1]",
+                       help="the share of the GPU vLLM checks is free at start-up (the KV cache has a fixed size, so "
+                            "engines side by side each ask for a part)")  # fmt: skip
     lcmp = loss_steps.add_parser("compare", help="each layout's loss against the reference's, paired over items")
     lcmp.add_argument("reference", type=Path)
     lcmp.add_argument("layouts", type=Path, nargs="+")

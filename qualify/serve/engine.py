@@ -73,8 +73,9 @@ def served_from_stable_path(cartridge: Path, label: str) -> Path:
 
     For runs that serve many cartridges in one engine configuration (checkpoints, fake-quantized copies): vLLM's
     compile cache key holds the cartridge path, so one path per configuration lets every engine after the first
-    load the compiled graphs. The content changes under the path; the engines that share it run one after another
-    (one engine holds a GPU), and each reads the file once, at start-up. Written beside and renamed into place.
+    load the compiled graphs. The content changes under the path; the engines that share a label run one after
+    another (engines side by side get labels of their own), and each reads the file once, at start-up. Written
+    beside and renamed into place.
     """
     gpus = os.environ.get("CUDA_VISIBLE_DEVICES", "all").replace(",", "-") or "none"
     path = cache_root() / "served" / f"gpus-{gpus}" / f"{label}{cartridge.suffix}"

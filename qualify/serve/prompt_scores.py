@@ -191,8 +191,10 @@ def score(
 
     with tempfile.TemporaryDirectory(prefix="qualify-loss-") as tmp:
         made = _fake_quantized(cartridge_file, fake_quant, Path(tmp), scaling) if fake_quant else cartridge_file
-        # Every checkpoint and fake quantization of a layout from one path: later engines hit vLLM's compile cache.
-        served = served_from_stable_path(made, f"loss-{lay.name}")
+        # Every checkpoint of a layout (and fake quantization) from one path: later engines hit vLLM's compile cache.
+        # One path per fake quantization too: the loss gate scores them side by side (qualify.serve.score_processes).
+        quant = f"-{fake_quant.replace('/', '')}" if fake_quant else ""
+        served = served_from_stable_path(made, f"loss-{lay.name}{quant}")
         llm = build_llm(lay, served, cart_len, settings, seed=seed)
         prompts = prompt_token_ids(lay, [list(i.input_ids) for i in items], cart_len, settings.placeholder_token_id)
         params = SamplingParams(max_tokens=1, temperature=0.0, prompt_logprobs=top_k, detokenize=False)
@@ -208,6 +210,7 @@ def score(
         "fake_quant": fake_quant,
         "scaling": scaling if fake_quant else None,
         "enforce_eager": settings.enforce_eager,
+        "gpu_memory_utilization": settings.gpu_memory_utilization,
         "model_dir": settings.model_dir,
         "cartridge": str(cartridge_file),
         "cartridge_sha256": sha256_file(cartridge_file),

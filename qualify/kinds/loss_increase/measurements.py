@@ -57,6 +57,32 @@ class PerItemLoss(MeasurementModel):
     nll: dict[str, list[float]]
 
 
+class CpuAgreement(MeasurementModel):
+    """backend vllm: the served BF16 reference against the CPU evaluation (float32) of the same items."""
+
+    cpu_loss: float
+    served_loss: float
+    ratio: float  # summed served answer NLL / summed CPU answer NLL
+    ci_low: float
+    ci_high: float
+    cpu_dtype: str
+    cpu_seconds: float
+
+
+class ServedRun(MeasurementModel):
+    """backend vllm: one scoring process (qualify.serve.score_processes), as it reported itself."""
+
+    label: str
+    layout: str
+    fake_quant: str | None = None
+    enforce_eager: bool | None = None
+    cartridge_sha256: str | None = None
+    top_k: int | None = None
+    engines_at_once: int | None = None
+    wall_s: float | None = None
+    gpu_memory_utilization: float | None = None
+
+
 class LossIncreaseMeasurements(MeasurementModel):
     workload: str
     checkpoint: str
@@ -68,3 +94,5 @@ class LossIncreaseMeasurements(MeasurementModel):
     layouts: list[LayoutLoss]
     payload: list[PayloadRow]
     per_item: PerItemLoss
+    cpu_reference: CpuAgreement | None = None
+    served_runs: list[ServedRun] | None = None

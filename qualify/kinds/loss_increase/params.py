@@ -28,8 +28,20 @@ class PositiveControl(StrictModel):
     minimum: float = Field(gt=0)
 
 
+class CpuReference(StrictModel):
+    """backend vllm: the serving path's BF16 reference loss must match the CPU evaluation of the same weights and
+    cartridge (Hugging Face, float32) within `tolerance`: both ends of the paired CI of the ratio of the summed
+    answer NLLs (GPU / CPU) inside 1 +- tolerance. It binds the served numbers to the CPU gate's."""
+
+    tolerance: float = Field(gt=0, lt=0.5)
+
+
 class LossIncreaseParams(KindParams):
-    threshold_fields: ClassVar[dict[str, Any]] = {"max_rel_increase": True, "positive_control": {"minimum"}}
+    threshold_fields: ClassVar[dict[str, Any]] = {
+        "max_rel_increase": True,
+        "positive_control": {"minimum"},
+        "cpu_reference": {"tolerance"},
+    }
 
     workload: str
     checkpoint: str
@@ -47,6 +59,9 @@ class LossIncreaseParams(KindParams):
     # path, each layout in its own vLLM process (qualify.kinds.loss_increase.vllm_backend).
     backend: Literal["hf", "vllm"] = "hf"
     worker_timeout_s: float = Field(default=600.0, gt=0)
+    # backend vllm: scoring processes side by side (qualify.serve.score_processes says why that changes no score).
+    engines_at_once: int = Field(default=1, ge=1, le=16)
+    cpu_reference: CpuReference | None = None
     # Context length for the raw-payload table's "full-context KV bytes" column.
     context_tokens: int = Field(default=32768, ge=1)
 
@@ -72,6 +87,11 @@ def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
     for layout, bound in params.max_rel_increase.items():
         if bound < 0:
             issues.append(LintIssue(("max_rel_increase", layout), "a maximum increase cannot be negative"))
+    if params.backend != "vllm":
+        if params.engines_at_once != 1:
+            issues.append(LintIssue(("engines_at_once",), "engines_at_once applies to backend: vllm only"))
+        if params.cpu_reference is not None:
+            issues.append(LintIssue(("cpu_reference",), "cpu_reference applies to backend: vllm only (hf is the CPU)"))
     if params.backend == "vllm":
         if params.max_items is not None:
             issues.append(LintIssue(("max_items",), "backend vllm scores the whole eval set; drop max_items"))

@@ -6,6 +6,7 @@ Measurements: `LossIncreaseMeasurements` (what `qualify render` plots); each bou
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
@@ -15,27 +16,31 @@ import torch
 from pydantic import TypeAdapter
 
 from qualify.cartridge.manifest import load_verified_cartridge, manifest_path
-from qualify.cartridge.types import ModelKVShape
+from qualify.cartridge.types import Cartridge, ModelKVShape
 from qualify.compile import GateItem
 from qualify.context import RunContext
-from qualify.errors import DataError, InsensitiveMeasurementError
+from qualify.errors import DataError, InsensitiveMeasurementError, QualifyError
 from qualify.hashing import sha256_file
 from qualify.kinds.loss_increase.measurements import (
+    CpuAgreement,
     LayoutLoss,
     LossIncreaseMeasurements,
     PayloadRow,
     PerItemLoss,
     ReferenceLoss,
+    ServedRun,
     bound_check_name,
 )
 from qualify.kinds.loss_increase.params import LossIncreaseParams
+from qualify.kinds.loss_increase.vllm_backend import ServedComparison, evaluate_layouts_vllm
 from qualify.loss.data import EvalSet, load_eval_set
-from qualify.loss.evaluate import LayoutComparison, LayoutResult, evaluate_layouts
+from qualify.loss.evaluate import LayoutComparison, LayoutResult, LossResult, evaluate_layouts, evaluate_loss
 from qualify.models.gguf_cache import converted_gguf
 from qualify.models.loader import LoadedModel, directory_weights_sha256, load_causal_lm, package_gguf_path
 from qualify.models.spec import ModelSpec, PathSpec
 from qualify.quant.payload import payload_table
 from qualify.results import Check, InputRef, ItemOutcome, Table
+from qualify.serve.score_processes import SCORES_MEMO
 from qualify.stats.bootstrap import bootstrap_indices, ratio_of_sums_ci
 
 _MODEL_SPEC = TypeAdapter(ModelSpec)
@@ -140,6 +145,55 @@ def _control_check(cmp: LayoutComparison, params: LossIncreaseParams, seed: int)
     )
 
 
+@dataclass(frozen=True)
+class _CpuLoss:
+    result: LossResult
+    dtype: str
+    seconds: float
+
+
+def _cpu_loss(
+    item: GateItem, params: LossIncreaseParams, ctx: RunContext, cartridge: Cartridge, eval_set: EvalSet
+) -> _CpuLoss:
+    """The CPU gate's evaluation (Hugging Face, float32) of the BF16 cartridge on the same weights and items."""
+    spec = _spec(item, params).model_copy(update={"device": "cpu", "dtype": "float32"})
+    model = ctx.memo(("model", spec.model_dump_json()), lambda: load_causal_lm(spec))
+    began = time.perf_counter()
+    result = evaluate_loss(model.model, cartridge, eval_set, batch_size=params.batch_size)
+    return _CpuLoss(result, str(model.dtype).removeprefix("torch."), time.perf_counter() - began)
+
+
+def _cpu_agreement(cmp: LayoutComparison, cpu: _CpuLoss, params: LossIncreaseParams, seed: int) -> CpuAgreement:
+    if tuple(cmp.items.ids) != cpu.result.item_ids:
+        raise QualifyError("the CPU evaluation and the serving path scored different items")
+    if not np.array_equal(cmp.items.tokens, cpu.result.item_tokens):
+        raise QualifyError("the CPU evaluation and the serving path scored different answer tokens")
+    indices = bootstrap_indices(len(cpu.result.item_ids), np.random.default_rng(seed), params.n_resamples)
+    ci = ratio_of_sums_ci(cmp.items.reference_nll, cpu.result.item_nll, indices, params.confidence)
+    return CpuAgreement(cpu_loss=cpu.result.loss, served_loss=cmp.reference.loss, ratio=ci.estimate,
+                        ci_low=ci.low, ci_high=ci.high, cpu_dtype=cpu.dtype,
+                        cpu_seconds=round(cpu.seconds, 2))  # fmt: skip
+
+
+def _cpu_check(a: CpuAgreement, params: LossIncreaseParams, n: int) -> Check:
+    assert params.cpu_reference is not None
+    pct = round(params.confidence * 100)
+    worst = max(abs(a.ci_low - 1.0), abs(a.ci_high - 1.0)) if params.decide_on == "ci" else abs(a.ratio - 1.0)
+    return Check(
+        name="served BF16 loss agrees with the CPU evaluation (|served / CPU - 1|)",
+        observed=a.ratio - 1.0,
+        operator="<=",
+        threshold=params.cpu_reference.tolerance,
+        statistic=f"summed answer NLL, served (BF16, vLLM) / CPU ({a.cpu_dtype}, Hugging Face) - 1; paired "
+        f"bootstrap {pct}% CI over sequences, decided on its farther end from 0",
+        n=n,
+        ci_low=a.ci_low - 1.0,
+        ci_high=a.ci_high - 1.0,
+        decided_on=worst,
+        unit="fraction",
+    )
+
+
 def _measurements(
     params: LossIncreaseParams, loaded: _ModelFacts, cmp: LayoutComparison, cartridge_tokens: int
 ) -> LossIncreaseMeasurements:
@@ -230,7 +284,22 @@ def _tables(params: LossIncreaseParams, cmp: LayoutComparison, m: LossIncreaseMe
             for p in m.payload
         ],
     )
-    return [summary, detail, payload]
+    tables = [summary, detail, payload]
+    if m.cpu_reference is not None:
+        a = m.cpu_reference
+        tables.append(Table(
+            title=f"Served BF16 reference vs the CPU evaluation ({params.checkpoint})",
+            columns=["CPU loss (Hugging Face)", "served loss (vLLM, BF16)", "served / CPU", "CI"],
+            rows=[[round(a.cpu_loss, 5), round(a.served_loss, 5), f"{a.ratio:.5f}",
+                   f"[{a.ci_low:.5f}, {a.ci_high:.5f}]"]],
+        ))  # fmt: skip
+    if m.served_runs:
+        tables.append(Table(
+            title="Scoring processes (vLLM)",
+            columns=["run", "eager", "engines at once", "wall s"],
+            rows=[[r.label, r.enforce_eager, r.engines_at_once, r.wall_s] for r in m.served_runs],
+        ))  # fmt: skip
+    return tables
 
 
 def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
@@ -253,14 +322,19 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
     # The same paired statistics for both backends.
     stats = {"scaling": params.scaling, "n_resamples": params.n_resamples, "confidence": params.confidence,
              "seed": ctx.seed, "progress": progress}  # fmt: skip
+    served: ServedComparison | None = None
     if params.backend == "vllm":
-        from qualify.kinds.loss_increase.vllm_backend import evaluate_layouts_vllm
-
         model_dir, loaded = _served_model(item, params)
         cartridge, manifest = load_verified_cartridge(cartridge_path, loaded.kv_shape)
-        cmp = evaluate_layouts_vllm(model_dir=model_dir, cartridge_path=cartridge_path, cartridge=cartridge,
-                                    eval_path=eval_path, layouts=layouts, timeout_s=params.worker_timeout_s,
-                                    **stats)  # fmt: skip
+
+        def cpu_evaluation() -> _CpuLoss | None:  # while the engines start: it needs only the CPU
+            return None if params.cpu_reference is None else _cpu_loss(item, params, ctx, cartridge, eval_set)
+
+        served = evaluate_layouts_vllm(model_dir=model_dir, cartridge_path=cartridge_path, cartridge=cartridge,
+                                       eval_path=eval_path, layouts=layouts, timeout_s=params.worker_timeout_s,
+                                       store=ctx.memo(SCORES_MEMO, dict), engines_at_once=params.engines_at_once,
+                                       meanwhile=cpu_evaluation, **stats)  # fmt: skip
+        cmp = served.comparison
     else:
         model = _model(item, params, ctx)
         loaded = _facts(model)
@@ -271,8 +345,14 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
     checks = [_check(by_layout[name], bound, params, n) for name, bound in params.max_rel_increase.items()]
     control = _control_check(cmp, params, ctx.seed)
     checks.append(control)
+    agreement = None
+    if served is not None and served.meanwhile is not None:
+        agreement = _cpu_agreement(cmp, served.meanwhile, params, ctx.seed)
+        checks.append(_cpu_check(agreement, params, n))
 
-    measurements = _measurements(params, loaded, cmp, cartridge.num_tokens)
+    measurements = _measurements(params, loaded, cmp, cartridge.num_tokens).model_copy(
+        update={"cpu_reference": agreement, "served_runs": served and [ServedRun(**r) for r in served.runs]}
+    )
     outcome = ItemOutcome(
         checks=checks,
         measurements=measurements,

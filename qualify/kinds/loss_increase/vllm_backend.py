@@ -1,7 +1,8 @@
 """`backend: vllm` of `loss_increase`: the answer-token loss through the serving path, one vLLM process per layout.
 
-Each layout's scores come from `qualify serve-loss score` in a fresh process (vLLM engines do not share a process
-cleanly), as vLLM's prompt log-probabilities of every eval item behind the cartridge (`qualify.serve.prompt_scores`).
+Each layout's scores come from `qualify serve-loss score` in a fresh process, several at once
+(`qualify.serve.score_processes`), as vLLM's prompt log-probabilities of every eval item behind the cartridge
+(`qualify.serve.prompt_scores`).
 What serves each layout:
 
 * the BF16 reference: per-request injection of the cartridge as stored (`bf16-inject`, FA3);
@@ -17,78 +18,62 @@ control decided on it is conservative.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import tempfile
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from qualify.cartridge.types import Cartridge
-from qualify.errors import QualifyError
 from qualify.loss.evaluate import ItemArrays, LayoutComparison, LayoutItemScores, ReferenceResult, layout_result
 from qualify.quant.apply import apply_layout
 from qualify.quant.fp8 import Scaling
 from qualify.quant.layouts import Layout
+from qualify.serve.score_processes import ScoringInputs, ScoringRun, score_runs
 from qualify.stats.bootstrap import bootstrap_indices
 
-REFERENCE: tuple[str, str | None] = ("bf16-inject", None)
-# Each layout: (the serving layout, the layout the cartridge is fake-quantized to first, or None).
-SERVED: dict[Layout, tuple[str, str | None]] = {
-    Layout.K16_V16: ("shared-k16v16", None),
-    Layout.K16_V8: ("shared-k16v8", None),
-    Layout.K8_V16: ("bf16-inject", "K8/V16"),
-    Layout.K8_V8: ("bf16-inject", "K8/V8"),
-    Layout.K4_V16: ("bf16-inject", "K4/V16"),
+REFERENCE = ScoringRun("bf16-inject")
+# What serves each layout: the serving layout, and for injection the layout the cartridge is fake-quantized to.
+SERVED: dict[Layout, ScoringRun] = {
+    Layout.K16_V16: ScoringRun("shared-k16v16"),
+    Layout.K16_V8: ScoringRun("shared-k16v8"),
+    Layout.K8_V16: ScoringRun("bf16-inject", "K8/V16"),
+    Layout.K8_V8: ScoringRun("bf16-inject", "K8/V8"),
+    Layout.K4_V16: ScoringRun("bf16-inject", "K4/V16"),
 }
 # Layouts the serving path quantizes itself, and how (qualify.serve.store: FP8 cartridge V with a per-head scale).
 SERVED_SCALING: dict[Layout, Scaling] = {Layout.K16_V8: Scaling.PER_HEAD}
 
 
-def score_in_process(
-    layout: str, fake_quant: str | None, *, model_dir: Path, cartridge: Path, eval_set: Path, scaling: Scaling,
-    out: Path, timeout_s: float,
-) -> dict:  # fmt: skip
-    """One layout's scores from `qualify serve-loss score` in a fresh process (this environment, as the perf
-    workers run: the project installed); QualifyError with its output."""
-    cmd = [sys.executable, "-m", "qualify.cli", "serve-loss", "score", "--layout", layout, "--out", str(out),
-           "--model-dir", str(model_dir), "--cartridge", str(cartridge), "--eval-set", str(eval_set),
-           "--scaling", scaling.value, *(["--fake-quant", fake_quant] if fake_quant else [])]  # fmt: skip
-    what = f"serving-path scores of {layout}{f' ({fake_quant} fake-quantized)' if fake_quant else ''}"
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
-    except subprocess.TimeoutExpired:
-        raise QualifyError(f"{what}: no result within {timeout_s:.0f} s") from None
-    if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-12:])
-        raise QualifyError(f"{what}: the scoring process exited {proc.returncode}:\n{tail}")
-    if not out.is_file():
-        raise QualifyError(f"{what}: the scoring process exited 0 but wrote no {out.name}")
-    return json.loads(out.read_text())
+@dataclass(frozen=True)
+class ServedComparison:
+    comparison: LayoutComparison
+    runs: list[dict[str, Any]]  # per scoring process, in order (the reference first): how it was served
+    meanwhile: Any  # what the `meanwhile` callable returned
+
+
+def _run_facts(doc: dict[str, Any]) -> dict[str, Any]:
+    keys = ("label", "layout", "fake_quant", "enforce_eager", "cartridge_sha256", "top_k", "engines_at_once")
+    return {**{k: doc.get(k) for k in keys}, **doc.get("process", {})}
 
 
 def evaluate_layouts_vllm(
     *, model_dir: Path, cartridge_path: Path, cartridge: Cartridge, eval_path: Path, layouts: Sequence[Layout | str],
     scaling: Scaling | str, n_resamples: int, confidence: float, seed: int, timeout_s: float,
-    progress: Callable[[int, int], None] | None = None,
-) -> LayoutComparison:  # fmt: skip
+    store: dict[tuple[str, ...], dict[str, Any]], engines_at_once: int,
+    progress: Callable[[int, int], None] | None = None, meanwhile: Callable[[], Any] | None = None,
+) -> ServedComparison:  # fmt: skip
+    """Every layout against the BF16 reference from the serving path's scores (`score_processes.score_runs`: the
+    run's store first, else several processes at once), and what `meanwhile` returned while they ran."""
     from qualify.serve.prompt_scores import paired_scores
 
     scaling = Scaling.parse(scaling)
     parsed = [Layout.parse(x) for x in layouts]
     runs = [REFERENCE, *(SERVED[x] for x in parsed)]
-    docs = []
-    with tempfile.TemporaryDirectory(prefix="qualify-loss-vllm-") as tmp:
-        for k, (layout, fake) in enumerate(runs):
-            if progress is not None:
-                progress(k, len(runs))
-            docs.append(score_in_process(layout, fake, model_dir=model_dir, cartridge=cartridge_path,
-                                         eval_set=eval_path, scaling=scaling, out=Path(tmp) / f"{k}.json",
-                                         timeout_s=timeout_s))  # fmt: skip
-    if progress is not None:
-        progress(len(runs), len(runs))
+    inputs = ScoringInputs(model_dir=model_dir, cartridge=cartridge_path, eval_set=eval_path, scaling=scaling)
+    docs, extra = score_runs(runs, inputs, store=store, engines_at_once=engines_at_once, timeout_s=timeout_s,
+                             progress=progress, meanwhile=meanwhile)  # fmt: skip
     reference, scored = docs[0], docs[1:]
     paired = [paired_scores(reference, doc) for doc in scored]
     first = paired[0] if paired else paired_scores(reference, reference)
@@ -101,7 +86,7 @@ def evaluate_layouts_vllm(
         layout_result(st, p.nll, p.reference_nll, p.kl, p.top1, n_tokens, indices, confidence)
         for p, st in zip(paired, stats, strict=True)
     ]
-    return LayoutComparison(
+    comparison = LayoutComparison(
         reference=ReferenceResult(
             loss=float(first.reference_nll.sum() / n_tokens), n_items=len(first.ids), n_tokens=n_tokens
         ),
@@ -120,3 +105,4 @@ def evaluate_layouts_vllm(
         n_resamples=n_resamples,
         seed=seed,
     )
+    return ServedComparison(comparison, [_run_facts(d) for d in docs], extra)

@@ -1,0 +1,135 @@
+"""Serving-path scores of several layouts, each from `qualify serve-loss score` in its own process, several at once.
+
+Each layout is scored in a fresh process because vLLM engines do not share a process cleanly. Several run at once
+because an engine's start-up (import, torch.compile, graph capture: 40-100 s on the H200) dwarfs scoring a small
+eval set: the loss gate of three checkpoints starts 18 engines. Running them side by side changes no score: each
+process serves the same requests in the same batches on its own engine, and none is timed. They fit side by side
+because every scoring engine gets a fixed KV cache (`kv_cache_memory_bytes`, `qualify.serve.e2e.real_model_settings`),
+so vLLM sizes nothing from free memory; its `gpu_memory_utilization` is then only a start-up check that that share
+of the GPU is free, and with `engines_at_once` engines the share is `SHARE_OF_ALL / engines_at_once`.
+
+Scores are kept for the whole qualify run in a store (`ctx.memo(SCORES_MEMO, dict)`), keyed by what was served:
+the loss and accuracy gates of one run then share one engine per layout and cartridge.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from qualify.errors import QualifyError
+from qualify.hashing import sha256_file
+from qualify.quant.fp8 import Scaling
+
+SCORES_MEMO = ("serve-scores",)
+# What the engines side by side may together ask vLLM's start-up check for (the rest: the CUDA contexts, the
+# caller's own process).
+SHARE_OF_ALL = 0.9
+_ERROR_TAIL_LINES = 12
+
+
+@dataclass(frozen=True)
+class ScoringRun:
+    """One process: a serving layout (qualify.serve.layouts), and for injection the layout the cartridge is
+    fake-quantized to first (None: served as stored)."""
+
+    layout: str
+    fake_quant: str | None = None
+
+    @property
+    def label(self) -> str:
+        return f"{self.layout}+{self.fake_quant}" if self.fake_quant else self.layout
+
+
+@dataclass(frozen=True)
+class ScoringInputs:
+    """What every run of one call serves: the model's folder, the cartridge, the eval set and the scaling of the
+    fake quantization."""
+
+    model_dir: Path
+    cartridge: Path
+    eval_set: Path
+    scaling: Scaling
+
+
+def memo_key(run: ScoringRun, inputs: ScoringInputs) -> tuple[str, ...]:
+    """What the scores depend on. The scaling only for fake-quantized runs: the serving store quantizes its own."""
+    return (str(inputs.model_dir.resolve()), sha256_file(inputs.cartridge), sha256_file(inputs.eval_set),
+            run.layout, run.fake_quant or "", inputs.scaling.value if run.fake_quant else "")  # fmt: skip
+
+
+def scoring_command(run: ScoringRun, inputs: ScoringInputs, out: Path, memory_share: float) -> list[str]:
+    return [sys.executable, "-m", "qualify.cli", "serve-loss", "score", "--layout", run.layout, "--out", str(out),
+            "--model-dir", str(inputs.model_dir), "--cartridge", str(inputs.cartridge), "--eval-set",
+            str(inputs.eval_set), "--scaling", inputs.scaling.value, "--gpu-memory-utilization", f"{memory_share:.4f}",
+            *(["--fake-quant", run.fake_quant] if run.fake_quant else [])]  # fmt: skip
+
+
+def _what(run: ScoringRun) -> str:
+    return f"serving-path scores of {run.layout}{f' ({run.fake_quant} fake-quantized)' if run.fake_quant else ''}"
+
+
+def _score_one(run: ScoringRun, inputs: ScoringInputs, tmp: Path, memory_share: float, timeout_s: float) -> dict:
+    """One run's score document; QualifyError naming the run, with the tail of its output, on any failure."""
+    stem = run.label.replace("/", "").replace("+", "-")
+    out, log = tmp / f"{stem}.json", tmp / f"{stem}.log"
+    began = time.perf_counter()
+    with log.open("w") as sink:
+        try:
+            proc = subprocess.run(scoring_command(run, inputs, out, memory_share), stdout=sink,
+                                  stderr=subprocess.STDOUT, timeout=timeout_s, check=False)  # fmt: skip
+        except subprocess.TimeoutExpired:
+            raise QualifyError(f"{_what(run)}: no result within {timeout_s:.0f} s") from None
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-_ERROR_TAIL_LINES:])
+        raise QualifyError(f"{_what(run)}: the scoring process exited {proc.returncode}:\n{tail}")
+    if not out.is_file():
+        raise QualifyError(f"{_what(run)}: the scoring process exited 0 but wrote no {out.name}")
+    doc = json.loads(out.read_text())
+    doc["process"] = {"wall_s": round(time.perf_counter() - began, 1), "gpu_memory_utilization": memory_share}
+    return doc
+
+
+def score_runs(
+    runs: Sequence[ScoringRun], inputs: ScoringInputs, *, store: dict[tuple[str, ...], dict[str, Any]],
+    engines_at_once: int, timeout_s: float, progress: Callable[[int, int], None] | None = None,
+    meanwhile: Callable[[], Any] | None = None,
+) -> tuple[list[dict[str, Any]], Any]:  # fmt: skip
+    """Every run's score document, in `runs`' order: from the store, else scored (at most `engines_at_once`
+    processes at a time) and stored. `meanwhile` runs in this process while the engines work (a CPU evaluation);
+    its result is returned beside the documents. The first failed run's QualifyError is raised after every started
+    process has ended; the runs that succeeded are stored."""
+    if engines_at_once < 1:
+        raise ValueError(f"engines_at_once must be >= 1, got {engines_at_once}")
+    keys = [memo_key(r, inputs) for r in runs]
+    run_of = dict(zip(keys, runs, strict=True))
+    missing = [k for k in run_of if k not in store]
+
+    def report() -> None:
+        if progress is not None:
+            progress(sum(1 for k in keys if k in store), len(keys))
+
+    report()
+    share = SHARE_OF_ALL / min(engines_at_once, max(len(missing), 1))
+    errors: list[QualifyError] = []
+    with tempfile.TemporaryDirectory(prefix="qualify-scores-") as tmp, \
+            ThreadPoolExecutor(max_workers=engines_at_once) as pool:  # fmt: skip
+        futures = {k: pool.submit(_score_one, run_of[k], inputs, Path(tmp), share, timeout_s) for k in missing}
+        extra = meanwhile() if meanwhile is not None else None
+        for key, future in futures.items():
+            try:
+                store[key] = {**future.result(), "engines_at_once": engines_at_once}
+            except QualifyError as exc:
+                errors.append(exc)
+            report()
+    if errors:
+        raise errors[0]
+    return [store[k] for k in keys], extra
