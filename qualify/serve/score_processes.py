@@ -28,6 +28,8 @@ from typing import Any
 from qualify.errors import QualifyError
 from qualify.hashing import sha256_file
 from qualify.quant.fp8 import Scaling
+from qualify.quant.layouts import Layout
+from qualify.serve.scoring_runs import ScoringRun
 
 SCORES_MEMO = ("serve-scores",)
 # What the engines side by side may together ask vLLM's start-up check for (the rest: the CUDA contexts, the
@@ -36,17 +38,8 @@ SHARE_OF_ALL = 0.9
 _ERROR_TAIL_LINES = 12
 
 
-@dataclass(frozen=True)
-class ScoringRun:
-    """One process: a serving layout (qualify.serve.layouts), and for injection the layout the cartridge is
-    fake-quantized to first (None: served as stored)."""
-
-    layout: str
-    fake_quant: str | None = None
-
-    @property
-    def label(self) -> str:
-        return f"{self.layout}+{self.fake_quant}" if self.fake_quant else self.layout
+# Layouts the serving path quantizes itself, and how (qualify.serve.store: FP8 cartridge V with a per-head scale).
+SERVED_SCALING: dict[Layout, Scaling] = {Layout.K16_V8: Scaling.PER_HEAD}
 
 
 @dataclass(frozen=True)

@@ -43,13 +43,18 @@ class FloorPower(MeasurementModel):
     power_statement: str
 
 
+class ServedRuns(MeasurementModel):
+    checkpoint: str
+    runs: dict[str, dict[str, Any]]
+
+
 class AccuracyFloorMeasurements(MeasurementModel):
     task: str
     task_id: str
     metric: str
     layout: str
     reference_layout: str
-    backend: Literal["hf", "vllm"]
+    backend: Literal["hf", "vllm", "served"]
     scaling: str
     model: dict[str, Any]
     sample_seed: int
@@ -79,3 +84,6 @@ class AccuracyFloorMeasurements(MeasurementModel):
     wall_s: dict[str, float]
     # backend vllm: per layout, the kv_cache_dtype asked for and what the engine reported when it started.
     vllm: dict[str, dict[str, Any]] | None = None
+    # backend served: the checkpoint whose cartridge answered, and per layout how it was served (its scoring run,
+    # the items counted wrong because neither answer's order was known, the process's facts).
+    served: ServedRuns | None = None

@@ -7,6 +7,13 @@ outcomes and reports McNemar's exact test, a paired bootstrap CI of the score ra
 Measurements of each item: `AccuracyFloorMeasurements` (`measurements.py`); each floor is the threshold of its
 check only.
 
+`backend: served` answers the workload eval set's own yes/no questions (task `cartridge_yes_no`: the `boolq-` items,
+a question about the cartridge's document) behind the cartridge of `checkpoint`, from the serving path's prompt
+log-probabilities (`qualify.serve.yes_no`): the reference is the BF16 cartridge by per-request injection, the
+layout its shared-path or fake-quantized serving (`qualify.serve.score_processes.SERVED_RUNS`). The scores come from
+the run's store of serving-path scores, so a `loss_increase` gate with `backend: vllm` over the same model,
+cartridge and eval set in the same run has already started every engine this gate needs.
+
 `backend: vllm` serves the workload's model (its directory, or the GGUF's converted one) through lm-eval's `vllm`
 model with the layout as vLLM's kv_cache_dtype, which holds keys and values alike: only K16/V16 and K8/V8 run there.
 One engine is alive at a time (list `layout` before `task` in the matrix and each layout's engine starts once).
@@ -38,6 +45,9 @@ VLLM_LAYOUTS = (Layout.K16_V16.value, Layout.K8_V8.value)
 VLLM_RESERVED_ARGS = frozenset({"pretrained", "model", "kv_cache_dtype", "dtype", "batch_size"})
 
 VllmArg = bool | int | float | str
+# backend served: the one task it answers (the eval set's yes/no items), and what it counts.
+SERVED_TASK = "cartridge_yes_no"
+SERVED_METRIC = "acc"
 
 
 class TaskSpec(StrictModel):
@@ -71,9 +81,14 @@ class AccuracyFloorParams(KindParams):
     n_resamples: int = Field(default=2000, ge=200)
     sample_seed: int = 0
     scaling: Literal["none", "per_tensor", "per_head"] = "none"
-    backend: Literal["hf", "vllm"] = "hf"
+    backend: Literal["hf", "vllm", "served"] = "hf"
     # backend vllm only: extra keyword arguments of lm-eval's vllm model / vLLM's engine (see the module docstring).
     vllm_args: dict[str, VllmArg] = Field(default_factory=dict)
+    # backend served only: the workload's cartridge behind which the questions are asked (usually a matrix axis),
+    # scoring processes side by side when the run's store lacks a layout, and each one's time limit.
+    checkpoint: str | None = None
+    engines_at_once: int = Field(default=1, ge=1, le=16)
+    worker_timeout_s: float = Field(default=600.0, gt=0)
     batch_size: int = Field(default=8, ge=1)
     device: Literal["auto", "cpu", "cuda"] = "auto"
 
@@ -99,6 +114,7 @@ def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
                 LintIssue(("floors", i), f"a floor is a fraction of the reference score in (0, 1], got {floor}")
             )
     issues.extend(_lint_vllm(params))
+    issues.extend(_lint_served(params, workloads.get(params.workload)))
     n = planned_n(params.task)
     if n is None:
         issues.append(
@@ -164,4 +180,60 @@ def _lint_vllm(params: AccuracyFloorParams) -> list[LintIssue]:
                 "dtype from the workload, batch_size from the gate field)",
             )
         )
+    return issues
+
+
+def _lint_served(params: AccuracyFloorParams, workload: Any) -> list[LintIssue]:
+    if params.backend != "served":
+        issues = []
+        if params.checkpoint is not None:
+            issues.append(LintIssue(("checkpoint",), "checkpoint applies to backend: served only"))
+        if params.engines_at_once != 1:
+            issues.append(LintIssue(("engines_at_once",), "engines_at_once applies to backend: served only"))
+        if params.task.name == SERVED_TASK:
+            issues.append(LintIssue(("task", "name"), f"task {SERVED_TASK} is answered by backend: served only"))
+        return issues
+    from qualify.serve.scoring_runs import SERVED_RUNS
+
+    issues = []
+    task = params.task
+    if task.name != SERVED_TASK:
+        issues.append(
+            LintIssue(("task", "name"), f"backend served answers task {SERVED_TASK!r} only, not {task.name!r}")
+        )
+    for field in ("num_fewshot", "filter", "max_gen_toks"):
+        if getattr(task, field) is not None:
+            issues.append(LintIssue(("task", field), f"{field} does not apply to {SERVED_TASK} (one answer token)"))
+    if task.metric not in (None, SERVED_METRIC):
+        issues.append(LintIssue(("task", "metric"), f"{SERVED_TASK} counts {SERVED_METRIC!r} only"))
+    if params.reference_layout != Layout.K16_V16.value:
+        issues.append(
+            LintIssue(
+                ("reference_layout",),
+                "backend served compares against the BF16 cartridge served by per-request injection: "
+                f"reference_layout must be {Layout.K16_V16.value}",
+            )
+        )
+    served = {x.value for x in SERVED_RUNS}
+    for path, layout in [(("layout",), params.layout), *((("table_layouts", i), x) for i, x in
+                                                         enumerate(params.table_layouts))]:  # fmt: skip
+        if layout not in served:
+            issues.append(LintIssue(path, f"layout {layout} has no serving run (known: {', '.join(sorted(served))})"))
+    if params.vllm_args:
+        issues.append(
+            LintIssue(("vllm_args",), "vllm_args apply to backend: vllm only; backend served sets its engines")
+        )
+    if params.checkpoint is None:
+        issues.append(LintIssue(("checkpoint",), "backend served needs the checkpoint whose cartridge answers"))
+    elif workload is not None and params.checkpoint not in workload.cartridges:
+        known = ", ".join(sorted(workload.cartridges)) or "none declared"
+        issues.append(
+            LintIssue(
+                ("checkpoint",), f"workload {params.workload!r} has no cartridge {params.checkpoint!r} (known: {known})"
+            )
+        )
+    if workload is not None and workload.eval_set is None:
+        issues.append(LintIssue(("workload",), f"workload {params.workload!r} declares no eval_set (the questions)"))
+    if params.device == "cpu":
+        issues.append(LintIssue(("device",), "backend served serves on the GPU; drop device: cpu"))
     return issues

@@ -1,5 +1,8 @@
 """Runner of `accuracy_floor`: score one task under the reference and the cell's layout, then decide the floors.
 
+Backends hf and vllm score an lm-eval task; backend served answers the eval set's yes/no questions behind a
+cartridge from the serving path's scores (`served.py`). The floor decision is the same code for all three.
+
 Expensive pieces are shared through `ctx.memo` for the whole run: the loaded model (backend hf) or the vLLM engine
 of the layout being scored (backend vllm, one alive at a time; see `_vllm_lm`), the loaded lm-eval task, and each
 layout's per-item scores (keyed by model, task request, backend, its arguments, scaling and layout), so the
@@ -199,16 +202,80 @@ def _vllm_notes(params: AccuracyFloorParams, engines: dict[str, dict[str, Any]])
     return notes
 
 
+@dataclass(frozen=True)
+class _Scored:
+    """Every layout's timed scores (the reference, the table's layouts, the cell's layout) and where they came from."""
+
+    reference_name: str
+    reference: _Timed
+    candidate: _Timed
+    table: dict[str, _Timed]
+    inputs: list[InputRef]
+    served: dict[str, dict[str, Any]] | None = None
+
+
+def _lm_eval_scored(ctx: RunContext, params: AccuracyFloorParams, spec: PypiGgufSpec | PathSpec) -> _Scored:
+    request = _request(params)
+    return _Scored(
+        reference_name=params.reference_layout,
+        reference=_scores(ctx, params, spec, request, params.reference_layout),
+        candidate=_scores(ctx, params, spec, request, params.layout),
+        table={layout: _scores(ctx, params, spec, request, layout) for layout in params.table_layouts},
+        inputs=_inputs(ctx, request, spec),
+    )
+
+
+def _served_scored(
+    item: GateItem, ctx: RunContext, params: AccuracyFloorParams, spec: PypiGgufSpec | PathSpec
+) -> _Scored:
+    from qualify.kinds.accuracy_floor.params import SERVED_METRIC, SERVED_TASK
+    from qualify.kinds.accuracy_floor.served import REFERENCE_NAME, served_answers
+    from qualify.models.loader import directory_weights_sha256
+
+    model_dir = Path(_vllm_pretrained(spec))
+    answers = served_answers(item, params, ctx, spec, model_dir, [*params.table_layouts, params.layout])
+
+    def timed(layout: str) -> _Timed:
+        o = answers.outcomes[layout]
+        scores = TaskScores(SERVED_TASK, SERVED_METRIC, tuple((SERVED_TASK, i) for i in range(len(o.ids))),
+                            np.array(o.correct, dtype=bool))  # fmt: skip
+        return _Timed(scores, float(answers.runs[layout].get("wall_s", 0.0)))
+
+    digest = ctx.memo((_NS, "weights", str(model_dir)), lambda: directory_weights_sha256(model_dir))
+    return _Scored(
+        reference_name=REFERENCE_NAME,
+        reference=timed(REFERENCE_NAME),
+        candidate=timed(params.layout),
+        table={layout: timed(layout) for layout in params.table_layouts},
+        inputs=[*answers.inputs, InputRef(model_dir.name, str(model_dir), digest, "model-weights")],
+        served=answers.runs,
+    )
+
+
+def _served_notes(params: AccuracyFloorParams, served: dict[str, dict[str, Any]]) -> list[str]:
+    how = "; ".join(f"{layout}: {run['served_as']}" for layout, run in served.items())
+    notes = [
+        f"answered behind the {params.checkpoint} cartridge through the serving path (vLLM's prompt log-probabilities"
+        f" of the gold answer against the other; the reference is the BF16 cartridge by per-request injection): "
+        f"{how}"
+    ]
+    undecided = {layout: run["undecided"] for layout, run in served.items() if run["undecided"]}
+    if undecided:
+        notes.append(f"counted wrong, neither answer's order known from the top-k: {undecided}")
+    return notes
+
+
 def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
     params = item.params
     assert isinstance(params, AccuracyFloorParams)
     spec = _model_spec(params, item)
-    request = _request(params)
-    reference = _scores(ctx, params, spec, request, params.reference_layout)
-    candidate = _scores(ctx, params, spec, request, params.layout)
+    if params.backend == "served":
+        scored = _served_scored(item, ctx, params, spec)
+    else:
+        scored = _lm_eval_scored(ctx, params, spec)
+    reference, candidate, table_runs = scored.reference, scored.candidate, scored.table
     if reference.scores.items != candidate.scores.items:
         raise QualifyError(f"{item.name}: reference and candidate were scored on different items")
-    table_runs = {layout: _scores(ctx, params, spec, request, layout) for layout in params.table_layouts}
 
     rule = FloorRule(
         floors=tuple(params.floors),
@@ -223,13 +290,13 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
     label = f"{params.task.id} {params.layout}"
     result = evaluate_floor(reference.scores.correct, candidate.scores.correct, rule, rng, label=label)
 
-    runs = {params.reference_layout: reference, **table_runs, params.layout: candidate}
+    runs = {scored.reference_name: reference, **table_runs, params.layout: candidate}
     raw: dict[str, Any] = {
-        "task": request.name,
+        "task": params.task.name,
         "task_id": params.task.id,
         "metric": candidate.scores.metric,
         "layout": params.layout,
-        "reference_layout": params.reference_layout,
+        "reference_layout": scored.reference_name,
         "backend": params.backend,
         "scaling": params.scaling,
         "model": spec.model_dump(mode="json"),
@@ -241,12 +308,14 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
     }
     if params.backend == "vllm":
         raw["vllm"] = _vllm_measurements(ctx, params, spec, list(runs))
+    if scored.served is not None:
+        raw["served"] = {"checkpoint": params.checkpoint, "runs": scored.served}
     measurements = AccuracyFloorMeasurements.written(raw)
     table = ordinary_benchmarks_table(
         task_id=params.task.id,
         metric=candidate.scores.metric,
         n=reference.scores.n,
-        reference_layout=params.reference_layout,
+        reference_layout=scored.reference_name,
         reference_score=reference.scores.score,
         layout_scores={layout: r.scores.score for layout, r in table_runs.items()},
         min_resolvable_drop=measurements.min_resolvable_drop,
@@ -258,13 +327,15 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
             f"KV fake-quantized where the cache is written (keys after RoPE), scaling {params.scaling}; "
             f"the 16-bit side stays in the model's dtype ({spec.resolved_dtype()})"
         )
-    else:
+    elif params.backend == "vllm":
         notes.extend(_vllm_notes(params, measurements.vllm or {}))
+    else:
+        notes.extend(_served_notes(params, scored.served or {}))
     return ItemOutcome(
         checks=result.checks,
         measurements=measurements,
         tables=[table],
-        inputs=_inputs(ctx, request, spec),
+        inputs=scored.inputs,
         parameters=params.report_parameters(),
         notes=notes,
         shortfalls=list(result.shortfalls),

@@ -30,20 +30,9 @@ from qualify.loss.evaluate import ItemArrays, LayoutComparison, LayoutItemScores
 from qualify.quant.apply import apply_layout
 from qualify.quant.fp8 import Scaling
 from qualify.quant.layouts import Layout
-from qualify.serve.score_processes import ScoringInputs, ScoringRun, score_runs
+from qualify.serve.score_processes import SERVED_SCALING, ScoringInputs, score_runs
+from qualify.serve.scoring_runs import REFERENCE_RUN, SERVED_RUNS
 from qualify.stats.bootstrap import bootstrap_indices
-
-REFERENCE = ScoringRun("bf16-inject")
-# What serves each layout: the serving layout, and for injection the layout the cartridge is fake-quantized to.
-SERVED: dict[Layout, ScoringRun] = {
-    Layout.K16_V16: ScoringRun("shared-k16v16"),
-    Layout.K16_V8: ScoringRun("shared-k16v8"),
-    Layout.K8_V16: ScoringRun("bf16-inject", "K8/V16"),
-    Layout.K8_V8: ScoringRun("bf16-inject", "K8/V8"),
-    Layout.K4_V16: ScoringRun("bf16-inject", "K4/V16"),
-}
-# Layouts the serving path quantizes itself, and how (qualify.serve.store: FP8 cartridge V with a per-head scale).
-SERVED_SCALING: dict[Layout, Scaling] = {Layout.K16_V8: Scaling.PER_HEAD}
 
 
 @dataclass(frozen=True)
@@ -70,7 +59,7 @@ def evaluate_layouts_vllm(
 
     scaling = Scaling.parse(scaling)
     parsed = [Layout.parse(x) for x in layouts]
-    runs = [REFERENCE, *(SERVED[x] for x in parsed)]
+    runs = [REFERENCE_RUN, *(SERVED_RUNS[x] for x in parsed)]
     inputs = ScoringInputs(model_dir=model_dir, cartridge=cartridge_path, eval_set=eval_path, scaling=scaling)
     docs, extra = score_runs(runs, inputs, store=store, engines_at_once=engines_at_once, timeout_s=timeout_s,
                              progress=progress, meanwhile=meanwhile)  # fmt: skip
