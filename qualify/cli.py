@@ -11,6 +11,7 @@ Exit codes:
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -304,6 +305,13 @@ def cmd_serve_agreement(args: argparse.Namespace) -> int:
         except QualifyError as exc:
             print(exc.diagnostics(), file=sys.stderr)
             return EXIT_USAGE
+        if args.gpu_memory_utilization is not None:
+            if args.model_dir is None:
+                print("--gpu-memory-utilization: only with --model-dir (whose KV cache has a fixed size)",
+                      file=sys.stderr)  # fmt: skip
+                return EXIT_USAGE
+            share = {"gpu_memory_utilization": args.gpu_memory_utilization}
+            workload = dataclasses.replace(workload, settings=workload.settings.model_copy(update=share))
         e2e.generate(args.layout, args.out, workload, max_tokens=args.max_tokens, seed=args.seed, eager=args.eager,
                      kernel_launch=args.kernel_launch)  # fmt: skip
         return EXIT_OK
@@ -440,6 +448,9 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
                      "--cartridge-len; with it the eval set's questions and the cartridge's own length)")  # fmt: skip
     gen.add_argument("--cartridge", type=Path, help="with --model-dir: the trained cartridge to serve")
     gen.add_argument("--eval-set", type=Path, help="with --model-dir: the eval set whose questions are sent")
+    gen.add_argument("--gpu-memory-utilization", type=_unit_share, metavar="(0,1]",
+                     help="with --model-dir (a fixed KV cache): the share of the GPU vLLM checks is free at start-up, "
+                          "so that engines side by side each ask for a part")  # fmt: skip
     cmp = steps.add_parser("compare", help="token identity (or a log-prob tolerance); exit 1 when it fails")
     cmp.add_argument("reference", type=Path)
     cmp.add_argument("candidate", type=Path)

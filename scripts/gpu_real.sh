@@ -25,11 +25,17 @@
 #   bash scripts/gpu_real.sh loss      (carry .vllm/MANIFEST, .vllm/setup.sh)   the eval-set loss through the
 #        serving path against the CPU evaluation (test_vllm_loss_real.py: 4 engines), the gate still running
 #   bash scripts/gpu_real.sh gate      wait for that run (GATE_WAIT_S), then its report (the log's tail meanwhile)
+#   bash scripts/gpu_real.sh start-gate (carry .vllm/3, .vllm/MANIFEST, .vllm/stage.sh, .vllm/setup.sh, .gpu/wheels
+#        with the cryptography, cffi and pycparser wheels)   the gate alone: vLLM's last part, then the signed run
+#        in the background, waited for up to GATE_WAIT_S (default 540); `gate` in the next call waits for the rest.
+#        The sequence for a session with little device time: stage 1, stage 2, stage 3 + convert (one call:
+#        `bash scripts/gpu_real.sh stage 3 && bash scripts/gpu_real.sh convert`), gpu_graphs.sh stage 1 and 2,
+#        start-gate, gate
 # Everything comes back under $OUT.
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-step=${1:?usage: gpu_real.sh stage K | convert | agreement | loss | gate | served-gate}
+step=${1:?usage: gpu_real.sh stage K | convert | agreement | loss | start-gate | gate | served-gate}
 WORK=/tmp/real-work
 mkdir -p "$WORK"
 export PYTHONUNBUFFERED=1
@@ -115,6 +121,25 @@ served-gate)
     tail -n 30 "$WORK/gate.log"
   } 2>&1 | tee "$OUT/served-gate.log"
   tar -C "$WORK" -czf "$OUT/gate.tar.gz" gate gate.log keys/signing-key.pub.pem 2>/dev/null
+  ;;
+start-gate)
+  {
+    bash .vllm/stage.sh 3 || exit 1
+    vllm_env || exit 1
+    [[ -s $WORK/model_dir ]] || { echo "no converted model: run the convert step first"; exit 1; }
+    keys
+    log "gates/gpu/real-smollm2.yaml (-k '${GATE_K-}'): started in the background"
+    rm -rf "$WORK/gate"
+    setsid nohup bash -c "$(declare -f gate_run); gate_run" >"$WORK/gate.log" 2>&1 &
+    echo $! >"$WORK/gate.pid"
+    SECONDS=0
+    if wait_for "$WORK/gate.pid" "${GATE_WAIT_S:-540}"; then
+      echo "gate ended after ${SECONDS} s"; tail -n 40 "$WORK/gate.log"
+    else
+      echo "gate still running after ${SECONDS} s"; tail -n 8 "$WORK/gate.log"
+    fi
+  } 2>&1 | tee "$OUT/start-gate.log"
+  [[ -d $WORK/gate ]] && tar -C "$WORK" -czf "$OUT/gate.tar.gz" gate gate.log keys/signing-key.pub.pem 2>/dev/null
   ;;
 gate)
   if ! wait_for "$WORK/gate.pid" "${GATE_WAIT_S:-560}"; then

@@ -70,52 +70,58 @@ def _what(run: ScoringRun) -> str:
     return f"serving-path scores of {run.layout}{f' ({run.fake_quant} fake-quantized)' if run.fake_quant else ''}"
 
 
-def _score_one(run: ScoringRun, inputs: ScoringInputs, tmp: Path, memory_share: float, timeout_s: float) -> dict:
-    """One run's score document; QualifyError naming the run, with the tail of its output, on any failure."""
-    stem = run.label.replace("/", "").replace("+", "-")
-    out, log = tmp / f"{stem}.json", tmp / f"{stem}.log"
+@dataclass(frozen=True)
+class ServedProcess:
+    """One engine process that writes one JSON document: what it is (for errors), a file stem, and its command
+    line given the output path and the share of GPU memory its engine may ask for."""
+
+    what: str
+    stem: str
+    command: Callable[[Path, float], list[str]]
+
+
+def _run_one(job: ServedProcess, tmp: Path, memory_share: float, timeout_s: float) -> dict:
+    """The process's document; QualifyError naming it, with the tail of its output, on any failure."""
+    out, log = tmp / f"{job.stem}.json", tmp / f"{job.stem}.log"
     began = time.perf_counter()
     with log.open("w") as sink:
         try:
-            proc = subprocess.run(scoring_command(run, inputs, out, memory_share), stdout=sink,
-                                  stderr=subprocess.STDOUT, timeout=timeout_s, check=False)  # fmt: skip
+            proc = subprocess.run(job.command(out, memory_share), stdout=sink, stderr=subprocess.STDOUT,
+                                  timeout=timeout_s, check=False)  # fmt: skip
         except subprocess.TimeoutExpired:
-            raise QualifyError(f"{_what(run)}: no result within {timeout_s:.0f} s") from None
+            raise QualifyError(f"{job.what}: no result within {timeout_s:.0f} s") from None
     if proc.returncode != 0:
         tail = "\n".join(log.read_text(errors="replace").strip().splitlines()[-_ERROR_TAIL_LINES:])
-        raise QualifyError(f"{_what(run)}: the scoring process exited {proc.returncode}:\n{tail}")
+        raise QualifyError(f"{job.what}: the process exited {proc.returncode}:\n{tail}")
     if not out.is_file():
-        raise QualifyError(f"{_what(run)}: the scoring process exited 0 but wrote no {out.name}")
+        raise QualifyError(f"{job.what}: the process exited 0 but wrote no {out.name}")
     doc = json.loads(out.read_text())
     doc["process"] = {"wall_s": round(time.perf_counter() - began, 1), "gpu_memory_utilization": memory_share}
     return doc
 
 
-def score_runs(
-    runs: Sequence[ScoringRun], inputs: ScoringInputs, *, store: dict[tuple[str, ...], dict[str, Any]],
-    engines_at_once: int, timeout_s: float, progress: Callable[[int, int], None] | None = None,
-    meanwhile: Callable[[], Any] | None = None,
-) -> tuple[list[dict[str, Any]], Any]:  # fmt: skip
-    """Every run's score document, in `runs`' order: from the store, else scored (at most `engines_at_once`
-    processes at a time) and stored. `meanwhile` runs in this process while the engines work (a CPU evaluation);
-    its result is returned beside the documents. The first failed run's QualifyError is raised after every started
-    process has ended; the runs that succeeded are stored."""
+def run_side_by_side(
+    jobs: dict[tuple[str, ...], ServedProcess], *, store: dict[tuple[str, ...], dict[str, Any]], engines_at_once: int,
+    timeout_s: float, progress: Callable[[int, int], None] | None = None, meanwhile: Callable[[], Any] | None = None,
+) -> Any:  # fmt: skip
+    """Run every job whose key the store lacks, at most `engines_at_once` at a time, each asking vLLM for an equal
+    share of SHARE_OF_ALL, and store its document. `meanwhile` runs in this process while they work; its result is
+    returned. The first failure's QualifyError is raised after every started process has ended; the jobs that
+    succeeded are stored."""
     if engines_at_once < 1:
         raise ValueError(f"engines_at_once must be >= 1, got {engines_at_once}")
-    keys = [memo_key(r, inputs) for r in runs]
-    run_of = dict(zip(keys, runs, strict=True))
-    missing = [k for k in run_of if k not in store]
+    missing = [k for k in jobs if k not in store]
 
     def report() -> None:
         if progress is not None:
-            progress(sum(1 for k in keys if k in store), len(keys))
+            progress(sum(1 for k in jobs if k in store), len(jobs))
 
     report()
     share = SHARE_OF_ALL / min(engines_at_once, max(len(missing), 1))
     errors: list[QualifyError] = []
-    with tempfile.TemporaryDirectory(prefix="qualify-scores-") as tmp, \
+    with tempfile.TemporaryDirectory(prefix="qualify-served-") as tmp, \
             ThreadPoolExecutor(max_workers=engines_at_once) as pool:  # fmt: skip
-        futures = {k: pool.submit(_score_one, run_of[k], inputs, Path(tmp), share, timeout_s) for k in missing}
+        futures = {k: pool.submit(_run_one, jobs[k], Path(tmp), share, timeout_s) for k in missing}
         extra = meanwhile() if meanwhile is not None else None
         for key, future in futures.items():
             try:
@@ -125,4 +131,23 @@ def score_runs(
             report()
     if errors:
         raise errors[0]
+    return extra
+
+
+def score_runs(
+    runs: Sequence[ScoringRun], inputs: ScoringInputs, *, store: dict[tuple[str, ...], dict[str, Any]],
+    engines_at_once: int, timeout_s: float, progress: Callable[[int, int], None] | None = None,
+    meanwhile: Callable[[], Any] | None = None,
+) -> tuple[list[dict[str, Any]], Any]:  # fmt: skip
+    """Every run's score document, in `runs`' order: from the store, else scored (`run_side_by_side`) and stored,
+    and what `meanwhile` returned (a CPU evaluation made while the engines work)."""
+    keys = [memo_key(r, inputs) for r in runs]
+
+    def job(run: ScoringRun) -> ServedProcess:
+        stem = run.label.replace("/", "").replace("+", "-")
+        return ServedProcess(_what(run), stem, lambda out, share: scoring_command(run, inputs, out, share))
+
+    jobs = {k: job(r) for k, r in zip(keys, runs, strict=True)}
+    extra = run_side_by_side(jobs, store=store, engines_at_once=engines_at_once, timeout_s=timeout_s,
+                             progress=progress, meanwhile=meanwhile)  # fmt: skip
     return [store[k] for k in keys], extra
