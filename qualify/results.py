@@ -162,11 +162,21 @@ class ItemOutcome:
         return "failed checks: " + ", ".join(failed)
 
     def settled_status(self) -> tuple[Status, str | None]:
-        """The item's status from its checks: a pass that could not have been a failure is INCOMPLETE."""
-        if not self.passed:
+        """The item's status from its checks: a pass that could not have been a failure is INCOMPLETE, and so is
+        an inconclusive check of an item that declared itself underpowered (its CI straddles the bound because
+        the sample is too small to decide, which is no evidence either way). Anywhere else an inconclusive check
+        fails the item (a comparison that should have decided and did not)."""
+        decided = [c.decided_outcome for c in self.checks]
+        if not decided or "fail" in decided:
             return Status.FAILED, self.failure_reason()
+        why = "; ".join(dict.fromkeys(str(s) for s in self.shortfalls))
+        if "inconclusive" in decided:
+            if not any(s.kind == "underpowered" for s in self.shortfalls):
+                return Status.FAILED, self.failure_reason()
+            open_checks = ", ".join(c.name for c in self.checks if c.decided_outcome == "inconclusive")
+            return Status.INCOMPLETE, f"{why}; inconclusive at this n (the CI straddles the bound): {open_checks}"
         if self.shortfalls:
-            return Status.INCOMPLETE, "; ".join(dict.fromkeys(str(s) for s in self.shortfalls))
+            return Status.INCOMPLETE, why
         return Status.PASSED, None
 
 

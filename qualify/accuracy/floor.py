@@ -85,6 +85,7 @@ def evaluate_floor(
             ci_high=ci.high,
             decided_on=decided_on,
             unit="ratio",
+            outcome=_floor_outcome(rule, power.underpowered, ci.low, ci.high, floor),
         )
         checks.append(check)
         # The floor itself and whether it passed are the check's: a report states them once, there.
@@ -139,6 +140,15 @@ def evaluate_floor(
         "smoke": any(p.underpowered for p in powers) and rule.allow_underpowered,
     }
     return FloorResult(checks=checks, measurements=measurements, notes=notes, powers=powers, shortfalls=shortfalls)
+
+
+def _floor_outcome(rule: FloorRule, underpowered: bool, low: float, high: float, floor: float) -> str | None:
+    """None (decided on `decided_on` as usual) except for an underpowered smoke test decided on the CI, whose CI
+    straddles the floor: at that n the data neither clear nor miss it ("inconclusive", the item INCOMPLETE).
+    A CI wholly below the floor still fails: the drop was shown even with few items."""
+    if rule.decision == "ci_lower" and underpowered and rule.allow_underpowered and low < floor <= high:
+        return "inconclusive"
+    return None
 
 
 def _shortfalls(ref: npt.NDArray[np.bool_], powers: list[PowerStatement], power_note: str) -> list[Shortfall]:

@@ -63,6 +63,23 @@ def test_a_pass_that_could_not_have_failed_is_incomplete() -> None:
     assert failing.settled_status()[0] is Status.FAILED
 
 
+def test_an_inconclusive_check_is_incomplete_only_where_the_item_declared_itself_underpowered() -> None:
+    open_check = _check(0.95, decided_on=0.8, ci_low=0.8, ci_high=1.0, outcome="inconclusive")
+    small = Shortfall("underpowered", "n=27 resolves a 30-point drop")
+    status, why = ItemOutcome(checks=[open_check], shortfalls=[small]).settled_status()
+    assert status is Status.INCOMPLETE
+    assert why == "underpowered: n=27 resolves a 30-point drop; inconclusive at this n (the CI straddles the bound): c"
+    # Without that declaration (a timing comparison that should have decided), inconclusive fails the item.
+    assert ItemOutcome(checks=[open_check]).settled_status() == (Status.FAILED, "failed checks: c")
+    vacuous = Shortfall("vacuous", "every sample equal")
+    assert ItemOutcome(checks=[open_check], shortfalls=[vacuous]).settled_status()[0] is Status.FAILED
+    # Beside a failing check, or as NaN, it settles nothing: the item fails.
+    assert ItemOutcome(checks=[open_check, _check(0.5)], shortfalls=[small]).settled_status()[0] is Status.FAILED
+    nan = _check(0.95, decided_on=math.nan, outcome="inconclusive")
+    assert ItemOutcome(checks=[nan], shortfalls=[small]).settled_status()[0] is Status.FAILED
+    assert ItemOutcome(checks=[], shortfalls=[small]).settled_status()[0] is Status.FAILED
+
+
 @pytest.mark.parametrize("unshown", [Status.DESELECTED, Status.INCOMPLETE, Status.SKIPPED])
 def test_verdict_is_incomplete_when_anything_was_not_shown(unshown: Status) -> None:
     assert verdict([Status.PASSED, unshown]) is Verdict.INCOMPLETE
