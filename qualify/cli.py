@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import importlib.util
 import json
 import os
 import sys
@@ -155,6 +156,26 @@ def _selection_args(args: argparse.Namespace) -> list[str]:
     return given
 
 
+def _gpu_args(spec: str) -> list[str] | None:
+    """pytest's options for one xdist worker per GPU of `spec`; None (after one line on stderr) when the spec
+    names no GPU or pytest-xdist is missing."""
+    from qualify.gpu_workers import parse_gpus
+
+    try:
+        gpus = parse_gpus(spec)
+    except QualifyError as exc:
+        print(exc.diagnostics(), file=sys.stderr)
+        return None
+    if importlib.util.find_spec("xdist") is None:
+        print("qualify run --gpus spreads items with pytest-xdist, which is not installed: pip install pytest-xdist",
+              file=sys.stderr)  # fmt: skip
+        return None
+    # No restarts: a worker started in place of a crashed one would have no GPU of its own, and the crashed
+    # item would run again elsewhere, its crash unrecorded.
+    return ["-p", "xdist", "-n", str(len(gpus)), "--dist", "load", "--max-worker-restart", "0",
+            "--qualify-gpus", ",".join(gpus)]  # fmt: skip
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     import pytest
 
@@ -203,6 +224,11 @@ def cmd_run(args: argparse.Namespace) -> int:
         pytest_args += ["--qualify-shard", args.shard]
     if args.shard_durations:
         pytest_args += ["--qualify-shard-durations", args.shard_durations]
+    if args.gpus:
+        gpu_args = _gpu_args(args.gpus)
+        if gpu_args is None:
+            return EXIT_USAGE
+        pytest_args += gpu_args
     pytest_args += ["--qualify-seed", str(args.seed), *args.pytest_args]
     capture = _Capture()
     code = pytest.main(pytest_args, plugins=[capture])
@@ -545,6 +571,12 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--shard", metavar="K/N", help="run shard K of N of the compiled items (a shard report)")
     run.add_argument(
         "--shard-durations", metavar="REPORT.json", help="balance the shards by a previous report's item durations"
+    )
+    run.add_argument(
+        "--gpus",
+        metavar="auto|N|0,1",
+        help="spread the items over these GPUs, one pytest-xdist worker pinned to each (CUDA_VISIBLE_DEVICES); "
+        "items sharing run-wide state run in one worker; one merged report",
     )
     run.add_argument(
         "--benchmark-json",

@@ -49,6 +49,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption(
         "--qualify-shard-durations", metavar="REPORT.json", help="balance the shards by this report's item durations"
     )
+    group.addoption(
+        "--qualify-gpus",
+        metavar="IDS",
+        help="spread the items over these GPUs, one pytest-xdist worker each (with -n COUNT --dist load)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -78,6 +83,7 @@ def pytest_configure(config: pytest.Config) -> None:
         shard=shard,
         shard_durations=Path(opt.qualify_shard_durations) if opt.qualify_shard_durations else None,
     )
+    _configure_gpus(config, config.stash[STATE_KEY])
     if opt.qualify_shard_durations and not opt.qualify_shard:
         raise pytest.UsageError("--qualify-shard-durations balances shards: give --qualify-shard K/N too")
     if opt.qualify_strict and opt.qualify_shard:
@@ -91,6 +97,49 @@ def pytest_configure(config: pytest.Config) -> None:
         raise pytest.UsageError(
             f"--qualify-strict is a release run and runs every compiled item: drop {' '.join(selection)}"
         )
+
+
+def _configure_gpus(config: pytest.Config, state: SessionState) -> None:
+    """--qualify-gpus: a worker pins itself to its GPU and writes nothing; the controller collects the workers'
+    parts of the report (pytest_testnodedown) and writes the one report."""
+    spec = config.option.qualify_gpus
+    if not spec:
+        return
+    from qualify.gpu_workers import parse_gpus, worker_gpu
+
+    try:
+        state.gpus = parse_gpus(spec)
+        workerinput = getattr(config, "workerinput", None)
+        if workerinput is not None:
+            state.gpu = worker_gpu(str(workerinput["workerid"]), state.gpus)
+    except QualifyError as exc:
+        raise pytest.UsageError(exc.diagnostics()) from None
+    if state.gpu is not None:
+        # Before any runner imports torch: this process sees its one GPU, as device 0, numbered as nvidia-smi does.
+        os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
+        os.environ["CUDA_VISIBLE_DEVICES"] = state.gpu
+        state.out_dir, state.sign_key = None, None
+        return
+    workers = getattr(config.option, "numprocesses", None)
+    restarts = str(getattr(config.option, "maxworkerrestart", None))
+    if workers != len(state.gpus) or getattr(config.option, "dist", "no") == "no" or restarts != "0":
+        raise pytest.UsageError(
+            f"--qualify-gpus {spec}: needs pytest-xdist with -n {len(state.gpus)} --dist load --max-worker-restart 0 "
+            "(one worker per GPU, never replaced; `qualify run --gpus` passes them)"
+        )
+    state.worker_parts = {}
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """--qualify-gpus: xdist's scope scheduling, a scope per item except that the items of one worker group
+    (`GateKindSpec.worker_group`) are one scope, so one worker runs them (`qualify.gpu_workers`)."""
+    state = config.stash.get(STATE_KEY, None)
+    if state is None or state.worker_parts is None:
+        return None
+    from qualify.gpu_workers import group_scheduler
+
+    return group_scheduler(config, log, state.registry)
 
 
 def deselection_options(config: pytest.Config) -> list[str]:
@@ -199,6 +248,7 @@ class GateTestItem(pytest.Item):
         g = self.gate_item
         # ERROR until the run says otherwise: an item that dies mid-run must not read as passed.
         result = _item_result(self.nodeid, g, Status.ERROR)
+        result.gpu = state.gpu
         state.results.append(result)
         progress = _item_progress(self.config, g.name)
         ctx = state.context
@@ -257,6 +307,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if state is None:
         return
     state.finished_at = datetime.now(UTC)
+    if state.gpu is not None:
+        _hand_part_to_controller(session, state)
+        return
+    if state.worker_parts is not None:
+        _merge_worker_parts(session, state)
+        if state.strict and state.verdict is Verdict.INCOMPLETE and session.exitstatus == 0:
+            session.exitstatus = 3
+        return
     if state.out_dir is not None and (state.compiled or state.collect_errors):
         from qualify.report.write import write_report
 
@@ -268,6 +326,65 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             return
     if state.strict and state.verdict is Verdict.INCOMPLETE and session.exitstatus == 0:
         session.exitstatus = 3
+
+
+def _hand_part_to_controller(session: pytest.Session, state: SessionState) -> None:
+    """A worker's part of the report, and every compiled item as it would be recorded had it not run (in
+    compile order, under the node id it was collected with), into its xdist `workeroutput` (JSON text: execnet
+    carries plain types only)."""
+    import json
+
+    from qualify.gpu_workers import WORKER_OUTPUT_KEY
+    from qualify.report.build import build_report, relative_item
+    from qualify.report.paths import repository_root
+
+    root = repository_root()
+    nodeids = {r.name: r.nodeid for r in state.results}
+    nodeids.update({i.gate_item.name: i.nodeid for i in session.items if isinstance(i, GateTestItem)})
+    compiled = [
+        relative_item(_item_result(nodeids.get(g.name, f"::{g.name}"), g, Status.ERROR).to_dict(), root)
+        for c in state.compiled
+        for g in c.items
+    ]
+    part = {"report": build_report(state, {}, signed=False, root=root), "compiled": compiled}
+    session.config.workeroutput[WORKER_OUTPUT_KEY] = json.dumps(part)  # type: ignore[attr-defined]
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node: Any, error: object | None) -> None:
+    """xdist controller: keep what a worker handed over (or why it went down without it)."""
+    import json
+
+    from qualify.gpu_workers import WORKER_OUTPUT_KEY
+
+    state = node.config.stash.get(STATE_KEY, None)
+    if state is None or state.worker_parts is None:
+        return
+    output = getattr(node, "workeroutput", None) or {}
+    workerid = str(node.workerinput["workerid"])
+    if WORKER_OUTPUT_KEY in output:
+        state.worker_parts[workerid] = {**json.loads(output[WORKER_OUTPUT_KEY]), "exitstatus": output.get("exitstatus")}
+    else:
+        state.worker_parts[workerid] = {"error": str(error or "the worker handed over no report")}
+
+
+def _merge_worker_parts(session: pytest.Session, state: SessionState) -> None:
+    from qualify.gpu_workers import merged_report, results_from_report
+
+    try:
+        if state.out_dir is not None:
+            from qualify.report.write import write_report
+
+            write_report(state, lambda provenance, signed: merged_report(state, provenance, signed=signed))
+        else:
+            merged_report(state, {}, signed=False)
+    except QualifyError as exc:
+        state.write_error = exc.diagnostics()
+        session.exitstatus = pytest.ExitCode.INTERNAL_ERROR
+        return
+    assert state.merged is not None
+    state.results = results_from_report(state.merged["items"])
+    state.collect_errors = list(state.merged["collect_errors"])
 
 
 def pytest_terminal_summary(terminalreporter: Any, exitstatus: int, config: pytest.Config) -> None:

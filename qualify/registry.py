@@ -74,6 +74,10 @@ class GateKindSpec:
         ``"module:function"`` taking an item's params and returning what it will exercise in one line (for
         `qualify list`; the numerics kind names the kernel configuration each cell dispatches). Imported only
         when listing.
+    worker_group
+        Taking an item's params: the name of the run-wide state its items share (a `ctx.memo` store, timed
+        worker processes), or None when an item stands alone. Under `qualify run --gpus` the items of one group
+        run in one worker, on one GPU (one scope of xdist's scope scheduler); the others are load-balanced.
     """
 
     name: str
@@ -86,6 +90,7 @@ class GateKindSpec:
     primary_check: Callable[[Check], bool] | None = None
     generate_axes: str | None = None
     describe: str | None = None
+    worker_group: Callable[[KindParams], str | None] | None = None
 
     def load_runner(self) -> Callable[[GateItem, RunContext], ItemOutcome]:
         return _load(self.runner)

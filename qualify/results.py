@@ -195,6 +195,7 @@ class ItemResult:
     duration_s: float = 0.0  # the item's own seconds
     outcome: ItemOutcome | None = None
     shared_setup_s: float = 0.0  # memoized work first built for this item, reused by later ones
+    gpu: str | None = None  # under `qualify run --gpus`: the GPU (CUDA_VISIBLE_DEVICES) its worker was pinned to
 
     def to_dict(self) -> dict[str, Any]:
         o = self.outcome or ItemOutcome()
@@ -218,6 +219,7 @@ class ItemResult:
             "parameters": o.parameters,
             "notes": list(o.notes),
             "specializations": {"qualified": sorted(set(o.qualifies)), "dispatched": sorted(set(o.dispatches))},
+            **({"gpu": self.gpu} if self.gpu is not None else {}),
         }
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 from qualify.compile import CompiledFile
 from qualify.context import RunContext
@@ -35,6 +36,12 @@ class SessionState:
     shard: ShardSpec | None = None
     shard_durations: Path | None = None
     shard_plan: ShardPlan | None = None
+    # `qualify run --gpus`: the GPUs of the run (controller and workers), the one this worker is pinned to, the
+    # workers' parts of the report (controller), and the report merged from them.
+    gpus: list[str] | None = None
+    gpu: str | None = None
+    worker_parts: dict[str, dict[str, Any]] | None = None
+    merged: dict[str, Any] | None = None
     _host: HostCapabilities | None = None
     _context: RunContext | None = None
     compiled: list[CompiledFile] = field(default_factory=list)
@@ -65,10 +72,14 @@ class SessionState:
 
     @property
     def unqualified_specializations(self) -> list[str]:
+        if self.merged is not None:
+            return list(self.merged["coverage"]["unqualified"])
         return unqualified(self.coverage)
 
     @property
     def verdict(self) -> Verdict:
+        if self.merged is not None:
+            return Verdict(self.merged["verdict"])
         if self.collect_errors:
             return Verdict.FAIL
         v = verdict([r.status for r in self.results])

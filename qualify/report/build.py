@@ -42,7 +42,8 @@ def release_status(state: SessionState, signed: bool) -> dict[str, Any]:
     return {"is_release": True, "reason": "strict, signed run"}
 
 
-def _relative_item(item: dict[str, Any], root: Path) -> dict[str, Any]:
+def relative_item(item: dict[str, Any], root: Path) -> dict[str, Any]:
+    """An item as reported: its gate file and input paths inside the repository relative to `root`."""
     inputs = [{**i, "path": as_reported(i["path"], root)} for i in item["inputs"]]
     return {**item, "gate_file": as_reported(item["gate_file"], root), "inputs": inputs}
 
@@ -82,7 +83,7 @@ def build_report(
             "rows": [row.to_dict() for row in state.coverage],
             "unqualified": state.unqualified_specializations,
         },
-        "items": [_relative_item(r.to_dict(), root) for r in state.results],
+        "items": [relative_item(r.to_dict(), root) for r in state.results],
         "inputs": [
             {"name": i.name, "path": as_reported(i.path, root), "sha256": i.sha256, "role": i.role}
             for i in collect_inputs(state)

@@ -7,11 +7,12 @@ import json
 import os
 import re
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from qualify.errors import QualifyError
-from qualify.report.build import build_report, collect_inputs
+from qualify.report.build import build_report
 from qualify.report.provenance import collect_provenance
 
 if TYPE_CHECKING:
@@ -54,16 +55,16 @@ def check_output(out_dir: Path, name: str | None) -> None:
                 raise ReportWriteError(f"{path}: a report with this name exists already; choose another --name")
 
 
-def _stem(state: SessionState) -> str:
+def _stem(state: SessionState, suites: list[str]) -> str:
     if state.report_name:
         check_report_name(state.report_name)
         return state.report_name
-    return f"{default_run_name(state)}-{state.started_at.strftime('%Y%m%dT%H%M%SZ')}"
+    return f"{default_run_name(suites)}-{state.started_at.strftime('%Y%m%dT%H%M%SZ')}"
 
 
-def default_run_name(state: SessionState) -> str:
+def default_run_name(suites: list[str]) -> str:
     """The suite's name for a one-suite run; `qualify` for several (the report lists them), never a cut-off join."""
-    suites = sorted({c.gate_file.suite for c in state.compiled})
+    suites = sorted(set(suites))
     if len(suites) != 1:
         return "qualify"
     name = re.sub(r"[^A-Za-z0-9_.-]+", "-", suites[0]).strip("-.")[:80]
@@ -88,12 +89,16 @@ def write_new(path: Path, data: bytes) -> None:
         raise ReportWriteError(f"{path}: cannot write report file: {e.strerror or e}") from None
 
 
-def write_report(state: SessionState) -> None:
+def write_report(state: SessionState, build: Callable[[dict[str, Any], bool], dict[str, Any]] | None = None) -> None:
+    """Write the run's report (signed when the run has a key). `build(provenance, signed)` makes it instead
+    of `build_report`: the controller of a `--gpus` run merges its workers' parts."""
     from qualify.signing import Subject, sign_report
     from qualify.signing.keys import load_private_key
 
     assert state.out_dir is not None
-    stem = _stem(state)
+    suites = [c.gate_file.suite for c in state.compiled]
+    suites += [s for p in (state.worker_parts or {}).values() for s in (p.get("report") or {}).get("suites") or []]
+    stem = _stem(state, suites)
     try:
         state.out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -112,13 +117,17 @@ def write_report(state: SessionState) -> None:
         sign_key=state.sign_key,
     )
     provenance_dict = provenance if isinstance(provenance, dict) else provenance.model_dump(mode="json")
-    report = build_report(state, provenance_dict, signed=private_key is not None)
+    if build is None:
+        report = build_report(state, provenance_dict, signed=private_key is not None)
+    else:
+        report = build(provenance_dict, private_key is not None)
     if private_key is None:
         write_new(report_path, json.dumps(report, indent=2, sort_keys=True).encode() + b"\n")
     else:
+        # The report's own inputs (`collect_inputs`, or the workers' merged): a subject per qualified file.
         subjects = [
-            Subject.model_validate({"name": f"{i.role}:{i.name}", "digest": {"sha256": i.sha256}})
-            for i in collect_inputs(state)
+            Subject.model_validate({"name": f"{i['role']}:{i['name']}", "digest": {"sha256": i["sha256"]}})
+            for i in report["inputs"]
         ]
         report_bytes, envelope_bytes = sign_report(report, subjects, private_key, report_name=report_path.name)
         write_new(report_path, report_bytes)

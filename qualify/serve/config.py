@@ -6,7 +6,7 @@ tested on any machine, and the vLLM-side modules call them with facts read from 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Literal, get_args
 
@@ -125,6 +125,51 @@ class EngineFacts:
 
 
 @dataclass(frozen=True)
+class RankHeads:
+    """The attention heads one tensor-parallel rank holds, split as vLLM's QKVParallelLinear splits them: the
+    query heads evenly; the KV heads evenly when there are at least as many as ranks, else one KV head per rank,
+    each replicated over ``tp_size // num_kv_heads`` consecutive ranks. A rank's cartridge is the slice of its KV
+    heads (`kv_heads`, global indices), so its shared kernel pairs each of its query heads with the right keys."""
+
+    tp_size: int
+    rank: int
+    num_qo_heads: int
+    num_kv_heads: int
+
+    def __post_init__(self) -> None:
+        tp, h, hq = self.tp_size, self.num_kv_heads, self.num_qo_heads
+        if tp < 1 or not 0 <= self.rank < tp:
+            raise CartridgeServingError(f"tensor parallel rank {self.rank} of {tp}: not a rank of the group")
+        if hq % tp:
+            raise CartridgeServingError(f"tensor_parallel_size {tp}: does not divide the {hq} query heads")
+        if h % tp and tp % h:
+            raise CartridgeServingError(
+                f"tensor_parallel_size {tp}: neither divides nor is a multiple of the {h} KV heads"
+            )
+
+    @property
+    def kv_heads(self) -> range:
+        if self.tp_size <= self.num_kv_heads:
+            per = self.num_kv_heads // self.tp_size
+            return range(self.rank * per, (self.rank + 1) * per)
+        head = self.rank // (self.tp_size // self.num_kv_heads)
+        return range(head, head + 1)
+
+    @property
+    def qo_heads(self) -> range:
+        per = self.num_qo_heads // self.tp_size
+        return range(self.rank * per, (self.rank + 1) * per)
+
+    def local(self, engine: EngineFacts) -> EngineFacts:
+        """`engine` as this rank's attention sees it: its own query and KV head counts."""
+        return replace(engine, num_qo_heads=len(self.qo_heads), num_kv_heads=len(self.kv_heads))
+
+
+def rank_heads(engine: EngineFacts, rank: int) -> RankHeads:
+    return RankHeads(engine.tensor_parallel_size, rank, engine.num_qo_heads, engine.num_kv_heads)
+
+
+@dataclass(frozen=True)
 class CartridgeFacts:
     num_layers: int
     num_tokens: int
@@ -138,14 +183,14 @@ def _fail(field: str, want: str, got: object) -> None:
 
 def check_engine(cfg: ServingConfig, engine: EngineFacts) -> None:
     """Fail closed on anything the mode cannot serve correctly; called before any request is served."""
-    # Every rank would load the whole cartridge, while a rank's attention and KV cache hold only its slice of the
-    # KV heads (its layers, under pipeline parallelism): the shared kernel would pair the wrong heads and the
-    # connector would write all heads into one rank's pages. Per-rank slices are not built (issue 20).
+    # A rank's attention and KV cache hold only its slice of the KV heads (its layers, under pipeline parallelism).
+    # The cartridge's per-rank slice is defined (RankHeads, load_layers(heads=...)), but tensor parallelism has not
+    # run on several GPUs (issue 20): until its agreement with TP=1 is shown, it is refused, not served unchecked.
     parallel = (engine.tensor_parallel_size, engine.pipeline_parallel_size)
     if parallel != (1, 1):
         _fail(
             "parallel_config",
-            "tensor_parallel_size = pipeline_parallel_size = 1 (the cartridge is not sliced per rank)",
+            "tensor_parallel_size = pipeline_parallel_size = 1 (tensor parallelism is not yet qualified)",
             f"tensor_parallel_size={parallel[0]}, pipeline_parallel_size={parallel[1]}",
         )
     if cfg.mode is Mode.SHARED:

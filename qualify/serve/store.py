@@ -29,20 +29,23 @@ def fp8_per_head(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def load_layers(
-    cfg: ServingConfig, engine: EngineFacts, device: torch.device, *, value_dtype: str
+    cfg: ServingConfig, engine: EngineFacts, device: torch.device, *, value_dtype: str, heads: range | None = None
 ) -> list[LayerCartridge]:
     """Read `cfg.path`, check it against the engine, and place every layer on `device`.
 
-    `value_dtype` is ``"bfloat16"`` or ``"fp8_e4m3"`` (per-KV-head scale).
+    `value_dtype` is ``"bfloat16"`` or ``"fp8_e4m3"`` (per-KV-head scale). `heads`: the KV heads one
+    tensor-parallel rank holds (`RankHeads.kv_heads`); every head when None. Sliced before FP8 quantization,
+    which is per head, so a rank's values and scales are exactly those heads' of the whole cartridge.
     """
     cart = load_cartridge(cfg.path)
     check_cartridge(
         cfg, engine, CartridgeFacts(cart.num_layers, cart.num_tokens, cart.shape.num_kv_heads, cart.shape.head_dim)
     )
     layers = []
+    cut = slice(None) if heads is None else slice(heads.start, heads.stop)
     for k, v in zip(cart.keys, cart.values, strict=True):
-        k = k.to(device=device, dtype=torch.bfloat16).contiguous()
-        v = v.to(device=device, dtype=torch.bfloat16)
+        k = k[:, cut].to(device=device, dtype=torch.bfloat16).contiguous()
+        v = v[:, cut].to(device=device, dtype=torch.bfloat16)
         if value_dtype == "fp8_e4m3":
             vq, scale = fp8_per_head(v)
             layers.append(LayerCartridge(k, vq.contiguous(), scale))

@@ -122,14 +122,7 @@ def merge_reports(
         "inputs": _inputs(ordered),
         "provenance": provenance,
     }
-    counts = Counter(i.get("status") for i in items)
-    merged["counts"] = {**{s.value: counts.get(s.value, 0) for s in Status}, "total": len(items)}
-    rows = coverage_rows(merged)
-    merged["coverage"] = {
-        "rows": [{"specialization": k, "qualified_by": q, "dispatched_by": d} for k, q, d in rows],
-        "unqualified": [k for k, q, d in rows if d and not q],
-    }
-    merged["verdict"] = "FAIL" if merged["collect_errors"] else computed_verdict(merged)
+    settle(merged)
     merged["release"] = _release(ordered, strict=strict, signed=signed, non_release=non_release)
     merged["merged_from"] = [
         {
@@ -147,6 +140,20 @@ def merge_reports(
         for s in ordered
     ]
     return merged
+
+
+def settle(report: dict[str, Any]) -> None:
+    """Counts, specialization coverage and verdict of a report put together from parts, from its items and
+    collect errors alone: PASS only if every item ran and passed and nothing dispatched is unqualified."""
+    items = report["items"]
+    counts = Counter(i.get("status") for i in items)
+    report["counts"] = {**{s.value: counts.get(s.value, 0) for s in Status}, "total": len(items)}
+    rows = coverage_rows(report)
+    report["coverage"] = {
+        "rows": [{"specialization": k, "qualified_by": q, "dispatched_by": d} for k, q, d in rows],
+        "unqualified": [k for k, q, d in rows if d and not q],
+    }
+    report["verdict"] = "FAIL" if report["collect_errors"] else computed_verdict(report)
 
 
 def _release(shards: list[Shard], *, strict: bool, signed: bool, non_release: bool) -> dict[str, Any]:

@@ -111,11 +111,14 @@ def test_signed_version_1_envelopes_still_verify_and_render(
 
 
 def test_each_earlier_version_is_read_with_its_own_schema() -> None:
-    assert REPORT_VERSION == 3
-    for version in (1, 2):
+    assert REPORT_VERSION == 4
+    for version in (1, 2, 3):
         assert schema_for({"report_version": version})["properties"]["report_version"] == {"const": version}
     current = schema_for({"report_version": REPORT_VERSION})
-    assert current["properties"]["report_version"] == {"const": 3}
+    assert current["properties"]["report_version"] == {"const": 4}
+    assert "gpus" in current["properties"] and "gpu" in current["$defs"]["item"]["properties"]
+    v3 = schema_for({"report_version": 3})
+    assert "gpus" not in v3["properties"] and "gpu" not in v3["$defs"]["item"]["properties"]
     assert "coverage" in current["properties"] and "shared_setup_s" in current["$defs"]["item"]["properties"]
     v2 = schema_for({"report_version": 2})
     assert "coverage" not in v2["properties"] and "shared_setup_s" not in v2["$defs"]["item"]["properties"]

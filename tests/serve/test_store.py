@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -9,7 +10,7 @@ import torch
 
 from qualify.cartridge.io import save_cartridge
 from qualify.cartridge.types import Cartridge
-from qualify.serve.config import CartridgeServingError, EngineFacts, ServingConfig
+from qualify.serve.config import CartridgeServingError, EngineFacts, RankHeads, ServingConfig, rank_heads
 from qualify.serve.store import FP8, fp8_per_head, load_layers
 
 FP8_MAX = 448.0
@@ -56,11 +57,11 @@ def _cartridge(gen: torch.Generator, layers: int, tokens: int, heads: int, dim: 
     return Cartridge(keys=keys, values=values, frozen_tokens=1, source="mem://test")
 
 
-def _engine(layers: int, heads: int, dim: int) -> EngineFacts:
+def _engine(layers: int, heads: int, dim: int, qo: int | None = None) -> EngineFacts:
     return EngineFacts(
         architectures=("CartridgeQwen3ForCausalLM",),
         num_layers=layers,
-        num_qo_heads=heads * 2,
+        num_qo_heads=qo or heads * 2,
         num_kv_heads=heads,
         head_dim=dim,
         block_size=8,
@@ -118,3 +119,48 @@ def test_load_layers_refuses_a_mismatched_file(
     with pytest.raises(CartridgeServingError) as exc:
         load_layers(cfg, _engine(*engine_shape), torch.device("cpu"), value_dtype="bfloat16")
     assert str(path) in str(exc.value) and what in str(exc.value), str(exc.value)
+
+
+@pytest.mark.parametrize(("qo", "kv", "tp"), [(32, 8, 1), (32, 8, 2), (32, 8, 8), (32, 8, 16), (9, 3, 3), (24, 8, 4),
+                                              (16, 2, 8)])  # fmt: skip
+def test_each_rank_holds_the_kv_heads_of_its_own_query_heads(qo: int, kv: int, tp: int) -> None:
+    group = qo // kv
+    ranks = [RankHeads(tp, r, qo, kv) for r in range(tp)]
+    # Query heads split evenly and cover the model once; each rank's keys are the heads its queries attend.
+    assert [q for r in ranks for q in r.qo_heads] == list(range(qo))
+    for r in ranks:
+        assert {q // group for q in r.qo_heads} == set(r.kv_heads)
+        local = r.local(_engine(1, kv, 8, qo=qo))
+        assert (local.num_qo_heads, local.num_kv_heads) == (qo // tp, len(r.kv_heads))
+    # Every KV head is held by some rank; beyond one head per rank, each is replicated over tp / kv ranks.
+    held = [h for r in ranks for h in r.kv_heads]
+    assert sorted(set(held)) == list(range(kv))
+    assert all(held.count(h) == max(1, tp // kv) for h in range(kv))
+
+
+@pytest.mark.parametrize(("qo", "kv", "tp", "rank", "what"), [(32, 8, 3, 0, "does not divide the 32 query heads"),
+                                                               (24, 6, 4, 0, "neither divides nor is a multiple"),
+                                                               (32, 8, 2, 2, "not a rank")])  # fmt: skip
+def test_rank_heads_refuses_splits_vllm_cannot_make(qo: int, kv: int, tp: int, rank: int, what: str) -> None:
+    with pytest.raises(CartridgeServingError, match=what):
+        RankHeads(tp, rank, qo, kv)
+
+
+@pytest.mark.parametrize("value_dtype", ["bfloat16", "fp8_e4m3"])
+def test_a_ranks_cartridge_is_exactly_its_heads_of_the_whole(tmp_path: Path, gen: torch.Generator,
+                                                            value_dtype: str) -> None:  # fmt: skip
+    layers, tokens, heads, dim, tp = 2, 16, 4, 8, 2
+    path = save_cartridge(_cartridge(gen, layers, tokens, heads, dim), tmp_path / "c.safetensors")
+    cfg = ServingConfig(mode="shared", path=str(path), cartridge_len=tokens, cartridge_value_dtype=value_dtype)
+    engine = _engine(layers, heads, dim)
+    whole = load_layers(cfg, engine, torch.device("cpu"), value_dtype=value_dtype)
+    for rank in range(tp):
+        kv = rank_heads(replace(engine, tensor_parallel_size=tp), rank).kv_heads
+        part = load_layers(cfg, engine, torch.device("cpu"), value_dtype=value_dtype, heads=kv)
+        for w, p in zip(whole, part, strict=True):
+            assert p.k.is_contiguous() and p.v.is_contiguous() and p.k.shape == (tokens, len(kv), dim)
+            assert torch.equal(p.k, w.k[:, kv.start : kv.stop])
+            # Per-head FP8: the slice's values and scales are bit for bit those heads' of the whole cartridge.
+            assert torch.equal(p.v.view(torch.uint8), w.v[:, kv.start : kv.stop].contiguous().view(torch.uint8))
+            if value_dtype == "fp8_e4m3":
+                assert torch.equal(p.v_scale, w.v_scale[kv.start : kv.stop])

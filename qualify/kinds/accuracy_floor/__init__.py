@@ -6,7 +6,7 @@ point `accuracy_floor = "qualify.kinds.accuracy_floor:SPEC"`.
 """
 
 from qualify.kinds.accuracy_floor.measurements import AccuracyFloorMeasurements
-from qualify.kinds.accuracy_floor.params import AccuracyFloorParams, lint
+from qualify.kinds.accuracy_floor.params import AccuracyFloorParams, lint, worker_group
 from qualify.registry import GateKindSpec
 
 SPEC = GateKindSpec(
@@ -20,4 +20,5 @@ SPEC = GateKindSpec(
         "items), and the report says whether the sample could resolve that floor at all."
     ),
     lint=lint,
+    worker_group=worker_group,
 )

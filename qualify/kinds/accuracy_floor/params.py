@@ -35,6 +35,7 @@ from qualify.quant.layouts import Layout, ServedLayoutName
 from qualify.registry import LintIssue
 from qualify.schema.models import KindParams, StrictModel
 from qualify.stats.power import power_statement
+from qualify.worker_groups import LM_EVAL_VLLM, SERVING
 
 # Sizes of the offline tasks, so lint can check power for `n: null` (all items) without loading any data.
 OFFLINE_TASK_SIZES = {"cq_gsm8k": 1319, "cq_mmlu": 14042}
@@ -237,3 +238,9 @@ def _lint_served(params: AccuracyFloorParams, workload: Any) -> list[LintIssue]:
     if params.device == "cpu":
         issues.append(LintIssue(("device",), "backend served serves on the GPU; drop device: cpu"))
     return issues
+
+
+def worker_group(params: KindParams) -> str | None:
+    """Backend `served` reads the loss gate's store of served scores; backend `vllm` reuses live engines."""
+    assert isinstance(params, AccuracyFloorParams)
+    return {"served": SERVING, "vllm": LM_EVAL_VLLM}.get(params.backend)

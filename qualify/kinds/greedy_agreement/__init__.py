@@ -5,7 +5,7 @@ loaded only to run an item). Registered by the entry point `greedy_agreement = "
 """
 
 from qualify.kinds.greedy_agreement.measurements import GreedyAgreementMeasurements
-from qualify.kinds.greedy_agreement.params import GreedyAgreementParams, lint
+from qualify.kinds.greedy_agreement.params import GreedyAgreementParams, lint, worker_group
 from qualify.registry import GateKindSpec
 
 SPEC = GateKindSpec(
@@ -19,4 +19,5 @@ SPEC = GateKindSpec(
         "within a stated mean difference; each divergence is reported with the reference's margin there."
     ),
     lint=lint,
+    worker_group=worker_group,
 )

@@ -27,6 +27,7 @@ from pydantic import Field
 
 from qualify.registry import LintIssue
 from qualify.schema.models import KindParams, StrictModel
+from qualify.worker_groups import SERVING
 
 
 class Candidate(StrictModel):
@@ -90,3 +91,8 @@ def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
                 LintIssue(("candidates", i), "neither token_identity nor max_mean_logprob_diff: nothing could fail")
             )
     return issues
+
+
+def worker_group(params: KindParams) -> str | None:
+    """Generations are kept in the run's store beside the served scores."""
+    return SERVING

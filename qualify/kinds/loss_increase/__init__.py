@@ -6,7 +6,7 @@ item), `render` (the sign-off page's plot and payload table). Registered by the 
 """
 
 from qualify.kinds.loss_increase.measurements import LossIncreaseMeasurements, bound_check_name
-from qualify.kinds.loss_increase.params import LossIncreaseParams, lint
+from qualify.kinds.loss_increase.params import LossIncreaseParams, lint, worker_group
 from qualify.registry import GateKindSpec
 
 SPEC = GateKindSpec(
@@ -20,6 +20,7 @@ SPEC = GateKindSpec(
         "on trained cartridges while ordinary benchmarks do not show it."
     ),
     lint=lint,
+    worker_group=worker_group,
     # The layout this project serves; K16/V16 is the 0 <= 0 sanity check and says nothing on its own.
     primary_check=lambda check: check.name == bound_check_name("K16/V8"),
 )

@@ -12,6 +12,7 @@ from pydantic import Field
 from qualify.quant.layouts import ControlLayoutName, ServedLayoutName
 from qualify.registry import LintIssue
 from qualify.schema.models import KindParams, StrictModel
+from qualify.worker_groups import SERVING
 
 
 class PositiveControl(StrictModel):
@@ -111,3 +112,9 @@ def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
             )
         )
     return issues
+
+
+def worker_group(params: KindParams) -> str | None:
+    """Served scores are kept in the run's store, which accuracy floors of backend `served` read."""
+    assert isinstance(params, LossIncreaseParams)
+    return SERVING if params.backend == "vllm" else None

@@ -7,7 +7,7 @@ Measurement code: the `qualify.perf` domain package. Registered by the entry poi
 """
 
 from qualify.kinds.perf_nonregression.measurements import PerfNonRegressionMeasurements
-from qualify.kinds.perf_nonregression.params import PerfNonRegressionParams, lint
+from qualify.kinds.perf_nonregression.params import PerfNonRegressionParams, lint, worker_group
 from qualify.registry import GateKindSpec
 
 SPEC = GateKindSpec(
@@ -22,4 +22,5 @@ SPEC = GateKindSpec(
         "timing ratio, since single timings on shared GPUs are noise."
     ),
     lint=lint,
+    worker_group=worker_group,
 )

@@ -20,6 +20,7 @@ from qualify.perf.metrics import METRICS, MetricName
 from qualify.perf.spec import ImplementationOptions, ShapeSet, Timing
 from qualify.registry import LintIssue
 from qualify.schema.models import KindParams
+from qualify.worker_groups import TIMING
 
 
 class PerfNonRegressionParams(KindParams):
@@ -104,3 +105,8 @@ def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
     if unknown:
         issues.append(LintIssue(("thresholds",), f"unknown metrics {unknown}"))
     return issues
+
+
+def worker_group(params: KindParams) -> str | None:
+    """Every timed item in one worker: items share measured worker processes, and timings never overlap."""
+    return TIMING

@@ -7,6 +7,7 @@ spec that names them.
 
 from __future__ import annotations
 
+import os
 from typing import Any, ClassVar, Literal
 
 from pydantic import Field
@@ -29,6 +30,10 @@ class CompareParams(KindParams):
     # Stand-ins for a numerics item (qualifies) and a perf item (dispatches) in specialization-coverage tests.
     qualifies: list[str] = Field(default_factory=list)
     dispatches: list[str] = Field(default_factory=list)
+    # For `qualify run --gpus` tests: items naming one group share a worker; `note_gpu` notes the worker's GPU.
+    group: str | None = None
+    note_gpu: bool = False
+    crash_process: bool = False  # ends the process mid-item, as a segfaulting kernel would
 
 
 class CompareMeasurements(MeasurementModel):
@@ -47,6 +52,8 @@ def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
 def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
     p = item.params
     assert isinstance(p, CompareParams)
+    if p.crash_process:
+        os._exit(3)
     op = "<=" if p.mode == "upper" else ">="
     outcome = ItemOutcome(
         checks=[Check(name="value", observed=p.value, operator=op, threshold=p.limit, statistic="exact", n=1)],
@@ -55,10 +62,17 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
         qualifies=list(p.qualifies),
         dispatches=list(p.dispatches),
     )
+    if p.note_gpu:
+        outcome.notes.append(f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES', '<unset>')}")
     if p.file:
         path = item.gate_file.resolve(p.file)
         outcome.inputs.append(InputRef(name=path.name, path=str(path), sha256=sha256_file(path), role="test-input"))
     return outcome
+
+
+def worker_group(params: KindParams) -> str | None:
+    assert isinstance(params, CompareParams)
+    return params.group
 
 
 SPEC = GateKindSpec(
@@ -69,4 +83,5 @@ SPEC = GateKindSpec(
     protects="a test value stays within its limit",
     lint=lint,
     render=f"{__name__}.render:RENDER",
+    worker_group=worker_group,
 )
