@@ -225,17 +225,19 @@ def _check_safetensors_header(header: object, data_len: int, where: str) -> None
             raise CartridgeError(where, f"{field} field data_offsets must be [begin, end] with 0 <= begin <= end")
         if offsets[1] > last_end:
             last_end, last_name = offsets[1], name
-        numel = 0 if 0 in shape else 1
+        span, itemsize = offsets[1] - offsets[0], _SAFETENSORS_ITEMSIZE[dtype]
+        numel, cut_short = (0 if 0 in shape else 1), False
         for d in shape:
             numel *= d  # Python ints: a hostile shape cannot overflow into a small product
-            if numel > data_len:
-                break  # already more than the file holds; stop before the product grows huge
-        if numel * _SAFETENSORS_ITEMSIZE[dtype] != offsets[1] - offsets[0]:
-            raise CartridgeError(
-                where,
-                f"{field} field shape {shape[:8]} of {dtype} needs {numel * _SAFETENSORS_ITEMSIZE[dtype]} bytes, "
-                f"data_offsets give {offsets[1] - offsets[0]}",
-            )
+            if numel * itemsize > span:
+                # Already more than its own byte range (which the JSON bounds): stop before the product grows huge.
+                # Not the file's length: a truncated file must read as truncated, not as an inconsistent header.
+                cut_short = True
+                break
+        if numel * itemsize != span:
+            needs = f"more than {span}" if cut_short else str(numel * itemsize)
+            raise CartridgeError(where, f"{field} field shape {shape[:8]} of {dtype} needs {needs} bytes, "
+                                        f"data_offsets give {span}")  # fmt: skip
         match = _FLAT_NAME.match(name)
         # Compared by length first: int() of a 5,000-digit index would itself be refused by Python.
         if match is not None and (len(match[3]) > len(str(len(tensors))) or int(match[3]) >= len(tensors)):

@@ -89,6 +89,17 @@ def test_truncated_file(tmp_path, random_cartridge, suffix, gen):
         assert problem(path).startswith("truncated file"), cut
 
 
+def test_a_safetensors_file_cut_just_after_its_header_is_truncated(tmp_path, random_cartridge):
+    # Few data bytes left: each tensor's shape is checked against its own byte range, not against what the
+    # file still holds, or the cut reads as an inconsistent header (seen in CI with a cut at byte 388).
+    path = save_cartridge(random_cartridge(), tmp_path / "c.safetensors")
+    data = path.read_bytes()
+    data_start = 8 + int.from_bytes(data[:8], "little")
+    for extra in (0, 1, 7, 64):
+        path.write_bytes(data[: data_start + extra])
+        assert problem(path).startswith("truncated file: tensor data needs"), extra
+
+
 def test_flipped_byte_in_tensor_data_is_corrupt(tmp_path, random_cartridge, gen):
     c = random_cartridge(dtype=torch.float32)
     path = save_cartridge(c, tmp_path / "c.pt")

@@ -94,7 +94,7 @@ CASES: dict[str, tuple[str, Callable[[Path], None], str]] = {
     "shape_offsets_disagree": (
         ".safetensors",
         writer(raw_safetensors({"trainable_keys.0": entry(shape=[1 << 40, 1 << 40], offsets=[0, 8])}, bytes(8))),
-        r"field shape \[1099511627776, 1099511627776\] of F32 needs \d+ bytes, data_offsets give 8",
+        r"field shape \[1099511627776, 1099511627776\] of F32 needs more than 8 bytes, data_offsets give 8",
     ),
     "negative_offsets": (
         ".safetensors",
