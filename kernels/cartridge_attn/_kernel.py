@@ -29,6 +29,7 @@ from .heuristics import (  # noqa: F401  (re-exported: the API and the tests rea
     DECODE_PACK_MIN_BATCH,
     DECODE_SPLIT_KEYS,
     DECODE_SPLIT_MAX,
+    DECODE_SPLIT_NARROW_KEYS,
     DECODE_WIDE_MAX_BATCH,
     DECODE_WIDE_MIN_LIVE,
     GPU_SMS,

@@ -110,11 +110,14 @@ def _merge(regions: list[Region], axis: str, other: str) -> list[Region]:
 
 
 def _split_cuts(num_kv_heads: int, cartridge_len: int) -> tuple[set[int], set[int]]:
-    """Batches and live lengths at which the split count can change: every batch whose grid is still smaller
-    than the SMs (the count is a ceiling in the batch), and the lengths where the keys reach another power of
-    two of split ranges."""
+    """Batches and live lengths at which the split configuration can change: every batch whose grid is still
+    smaller than the SMs (the count is a ceiling in the batch), the lengths where the keys reach another power of
+    two of split ranges, and those where a range outgrows one 64-key tile."""
     batches = set(range(2, -(-K.GPU_SMS // num_kv_heads) + 2))
-    lives = {K.DECODE_SPLIT_KEYS * (1 << k) - cartridge_len for k in range(1, K.DECODE_SPLIT_MAX.bit_length())}
+    powers = [1 << k for k in range(1, K.DECODE_SPLIT_MAX.bit_length())]
+    lives = {K.DECODE_SPLIT_KEYS * s - cartridge_len for s in powers}
+    # Past this many keys per range the split's tiles widen from 64 to 128 keys.
+    lives |= {K.DECODE_SPLIT_NARROW_KEYS * s - cartridge_len + 1 for s in powers}
     return batches, {n for n in lives if n > 1}
 
 

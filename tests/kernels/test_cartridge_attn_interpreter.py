@@ -146,7 +146,7 @@ def test_packed_decode_does_not_split(kernel_device: torch.device) -> None:
     ("live_lens", "reqs", "block_n"),
     [
         ([5, 1, 9, 17, 8] + [3] * 28, 2, 128),  # batch 33: the tuned decode packs 2 requests per program
-        ([600, 7], 1, 128),  # batch 2 x 2 KV heads leaves SMs idle: each request split over 4 programs
+        ([600, 7], 1, 64),  # batch 2 x 2 KV heads leaves SMs idle: 16 ranges of <= 64 keys, one tile each
         ([9, 1, 16, 17], 1, 128),  # small batch, short suffixes: the plain decode configuration
     ],
     ids=["packed-b33", "split-b2", "plain-b4"],

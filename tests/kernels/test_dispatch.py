@@ -51,17 +51,18 @@ def test_every_prefill_input_is_in_one_region_with_the_heuristics_config(table, 
 
 
 def test_decode_regions_switch_where_the_heuristics_do(table) -> None:
-    g4 = sorted((r.batch, r.max_live, r.config.reqs_per_program, r.config.splits) for r in table
+    g4 = sorted((r.batch, r.max_live, r.config.reqs_per_program, r.config.splits, r.config.block_n) for r in table
                 if r.mode == "decode" and (r.group, r.head_dim, r.num_kv_heads) == (4, 128, 8))  # fmt: skip
     # 8 KV heads and a 632-position cartridge: a grid of batch x 8 programs fills the 132 SMs from batch 17 on;
-    # below, each request splits into ranges of >= 128 keys, a power of two of them.
+    # below, each request splits into ranges of >= 32 keys, a power of two of them, enough to fill the SMs.
     assert g4 == [
-        ((1, 2), (1, 391), 1, 4),  # 633-1023 keys: at most 4 ranges of 128 (a power of two)
-        ((1, 2), (392, 1100), 1, 8),  # 1024 keys and more: 8
-        ((3, 5), (1, 1100), 1, 4),  # 24-40 programs: 4 splits fill the SMs (3-5 times as many)
-        ((6, 16), (1, 1100), 1, 2),
-        ((17, 31), (1, 1100), 1, 1),
-        ((32, 80), (1, 1100), 2, 1),  # packing two requests per program from batch 32 on
+        ((1, 1), (1, 392), 1, 16, 64),  # 633-1024 keys in 16 ranges fit one 64-key tile each
+        ((1, 1), (393, 1100), 1, 16, 128),  # 1025 keys and more: 128-key tiles
+        ((2, 2), (1, 1100), 1, 8, 128),  # 16 programs: 8 splits fill the SMs (9 would)
+        ((3, 5), (1, 1100), 1, 4, 128),  # 24-40 programs: 4 splits fill the SMs (3-5 times as many)
+        ((6, 16), (1, 1100), 1, 2, 128),
+        ((17, 31), (1, 1100), 1, 1, 128),
+        ((32, 80), (1, 1100), 2, 1, 128),  # packing two requests per program from batch 32 on
     ]
     # Without the shape (the API planned with no head count), nothing splits and tiny grids keep wide tiles.
     assert decode_config(4, 128, 2, 600).block_n == 256 and decode_config(4, 128, 2, 600).splits == 1

@@ -156,11 +156,12 @@ def test_block_table_matches_reference_and_indptr_plan(
 # ---- CUDA-graph padding and a persistent workspace -------------------------------------------------
 # (real requests, padding requests, page size, GQA group, live V, live-length bound): a replayed graph of a
 # larger batch ends in padding requests with 0 queries and 0 live tokens. A graph plans for the engine's longest
-# context, not the step's: with a bound of 600 the batch of 4 splits its keys four ways (states in the workspace),
-# and live lengths of at most 60 leave most of those ranges empty.
+# context, not the step's: with a bound of 600 the batch of 4 splits its keys 16 ways (states in the workspace),
+# and live lengths of at most 60 leave most of those ranges empty; the batch of 8 splits a short context 2-4 ways.
+# The packed batch does not split.
 PADDED_CASES = {
     "b1-pad3-split-p8-g4": (1, 3, 8, 4, BF16, 600),
-    "b5-pad3-p16-g2-lv8": (5, 3, 16, 2, FP8, 60),
+    "b5-pad3-split-p16-g2-lv8": (5, 3, 16, 2, FP8, 60),
     "b33-pad31-packed-p8-g1": (33, 31, 8, 1, BF16, 60),
 }
 
