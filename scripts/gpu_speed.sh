@@ -16,11 +16,15 @@
 #   bash scripts/gpu_speed.sh prefill            (carry .gpu/setup.sh, .vllm/setup.sh; vLLM staged by `targets`)
 #        gates/perf.yaml's shared-page items (FA3 and FlashInfer, decode and TTFT proxy) with the numerics envelope
 #        cells of their shape in one signed run
+#   bash scripts/gpu_speed.sh counters           (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
+#        .vllm/setup.sh; .gpu set up and vLLM parts 1-2 staged by earlier calls) stages vLLM part 3;
+#        gates/perf.yaml's FA3 shared-page item with Nsight Compute counters of both sides, beside the numerics
+#        envelope cells of its shape, in one signed run
 # Everything comes back under $OUT (a log per step and one tar.gz of the reports).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-step=${1:?usage: gpu_speed.sh sweep|shapes COMMIT, or qualify|targets|prefill}
+step=${1:?usage: gpu_speed.sh sweep|shapes COMMIT, or qualify|targets|prefill|counters}
 commit=${2:-unknown}
 WORK=/tmp/speed-work
 mkdir -p "$WORK"
@@ -120,6 +124,26 @@ prefill)
     tail -n 40 "$WORK/prefill.log"
   } 2>&1 | tee "$OUT/step.log"
   tar -C "$WORK" -czf "$OUT/prefill.tar.gz" prefill prefill.log keys/signing-key.pub.pem 2>/dev/null
+  ;;
+counters)
+  {
+    bash .vllm/stage.sh 3
+    source .gpu/setup.sh >/dev/null 2>&1
+    vllm_if_staged
+    install; keys
+    gpu
+    rm -rf "$WORK/counters"
+    log "perf.yaml FA3 shared-page item, counters of both sides"
+    SECONDS=0
+    timeout "${COUNTERS_TIMEOUT:-540}" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
+      gates/perf.yaml gates/kernel_numerics.yaml \
+      -k "perf-shared-vs-fa3-shared-pages or numerics-envelope-decode or numerics-envelope-prefill" \
+      --out "$WORK/counters" --name fa3-counters-h200 \
+      --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/counters.log" 2>&1
+    echo "exit $? after ${SECONDS} s"
+    tail -n 30 "$WORK/counters.log"
+  } 2>&1 | tee "$OUT/step.log"
+  tar -C "$WORK" -czf "$OUT/counters.tar.gz" counters counters.log keys/signing-key.pub.pem 2>/dev/null
   ;;
 *)
   echo "unknown step $step"

@@ -62,6 +62,9 @@ def _measure(request: WorkRequest, factor: float) -> WorkResult:
                         bytes_moved=1000 * batch,
                         pct_peak_bw=50.0,
                         method="synthetic",
+                        # As the fused kernel's cells do: each names the kernel it launched, which depends on the
+                        # batch; the worker's own identity below is its first cell's, as kernel_set's is.
+                        detail={"identity": {"config": {"batch": batch}}},
                     )
                 )
     return WorkResult(
@@ -70,6 +73,7 @@ def _measure(request: WorkRequest, factor: float) -> WorkResult:
         options=request.options,
         cells=cells,
         clocks={"before": {"gpus": []}, "after": {"gpus": []}},
+        identity=cells[0].detail["identity"] if cells else None,
     )
 
 

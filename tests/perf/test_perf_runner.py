@@ -15,10 +15,12 @@ from qualify.compile import GateFile, GateItem
 from qualify.context import RunContext
 from qualify.errors import QualifyError, SourceLocation
 from qualify.host import HostCapabilities
+from qualify.kinds.perf_nonregression import runner as perf_runner
 from qualify.kinds.perf_nonregression.measurements import PerSide
 from qualify.kinds.perf_nonregression.params import PerfNonRegressionParams
 from qualify.kinds.perf_nonregression.runner import REGISTRY_OPTION, run
 from qualify.perf.implementations import Implementation, ImplementationRegistry, ImplementationSet
+from qualify.perf.ncu import range_name
 from qualify.signing import sign_report
 from qualify.signing.keys import generate_keypair, load_private_key
 
@@ -43,7 +45,8 @@ def log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def ctx(**kw: Any) -> RunContext:
-    return RunContext(host=HostCapabilities(frozenset({"cpu"})), options={REGISTRY_OPTION: registry()}, **kw)
+    kw.setdefault("host", HostCapabilities(frozenset({"cpu"})))
+    return RunContext(options={REGISTRY_OPTION: registry()}, **kw)
 
 
 def item(tmp_path: Path, **fields: Any) -> GateItem:
@@ -132,6 +135,13 @@ def test_a_bad_rotation_is_a_lint_error(tmp_path: Path, rotation: list[str], mat
     })  # fmt: skip
     issues = lint(p, None)
     assert any(match.replace("synthetic", "engine") in i.message for i in issues), issues
+
+
+def test_each_item_records_the_kernel_its_own_cell_launched(tmp_path: Path, log: Path) -> None:
+    # The workers build batch 1 first; the batch-16 item must not carry batch 1's kernel identity.
+    c = ctx()
+    got = {b: run(item(tmp_path, batch=b), c).measurements.model_dump()["kernel_identity"] for b in (16, 1)}
+    assert got == {16: {"config": {"batch": 16}}, 1: {"config": {"batch": 1}}}
 
 
 def test_slowed_candidate_is_flagged_as_a_regression(tmp_path: Path, log: Path) -> None:
@@ -333,3 +343,37 @@ def test_the_variants_a_signed_baseline_dispatched_count_as_dispatched_by_the_co
     c.baseline = path
     out = run(item(tmp_path, baseline="release", thresholds={"decode_tokens_per_s": 0.97}), c)
     assert spec in out.dispatches
+
+
+def test_hardware_counters_profile_both_sides_once_per_implementation(
+    tmp_path: Path, log: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    profiled: list[str] = []
+
+    def fake_profile(request: Any, *, timeout_s: float) -> dict[str, Any]:
+        assert request.profile
+        profiled.append(request.implementation)
+        if request.implementation == "slow":
+            raise QualifyError("ncu exit 9: the baseline's profile broke")
+        cells = {range_name("decode_tokens_per_s", b, 128): {"kernels": 1, "dram_bytes": b} for b in (1, 16)}
+        return {"metrics": ["dram__bytes.sum"], "missing": [], "by_cell": cells}
+
+    monkeypatch.setattr(perf_runner, "run_profiled", fake_profile)
+    c = ctx(host=HostCapabilities(frozenset({"cpu", "ncu"})))
+    out = {b: run(item(tmp_path, batch=b, hardware_counters=True), c) for b in (1, 16)}
+    counters = {b: o.measurements.model_dump()["ncu"] for b, o in out.items()}
+    assert counters[16]["cell"] == {"kernels": 1, "dram_bytes": 16} and counters[1]["cell"]["dram_bytes"] == 1
+    assert counters[16]["baseline_cell"] is None  # the failure is said, not hidden, and the timing stands
+    assert any("profiling of the baseline failed" in n and "ncu exit 9" in n for n in out[16].notes)
+    assert out[16].passed
+    # One profile per implementation and shape, shared by the items (a failed one is not retried either).
+    assert sorted(profiled) == ["fast", "slow"]
+
+    def fake_both(request: Any, *, timeout_s: float) -> dict[str, Any]:
+        key = range_name("decode_tokens_per_s", 16, 128)
+        return {"metrics": [], "missing": [], "by_cell": {key: {"side": request.implementation}}}
+
+    monkeypatch.setattr(perf_runner, "run_profiled", fake_both)
+    got = run(item(tmp_path, hardware_counters=True), ctx(host=HostCapabilities(frozenset({"cpu", "ncu"}))))
+    ncu = got.measurements.model_dump()["ncu"]
+    assert (ncu["cell"], ncu["baseline_cell"]) == ({"side": "fast"}, {"side": "slow"})

@@ -43,7 +43,8 @@ class PerfNonRegressionParams(KindParams):
     # that every layout of a comparison takes every position in the run; must name the candidate and the baseline.
     # Items of other gates that name the same list reuse those processes.
     rotation: list[str] = Field(default_factory=list)
-    hardware_counters: bool = False  # Nsight Compute counters of the candidate when ncu is on PATH
+    # Nsight Compute counters of the candidate, and of a baseline measured in this run, when ncu is on PATH.
+    hardware_counters: bool = False
     baseline_public_key: str | None = None  # path (relative to the gate file); else $QUALIFY_BASELINE_PUBLIC_KEY
 
 

@@ -194,29 +194,46 @@ def _release_side(item: GateItem, ctx: RunContext, p: PerfNonRegressionParams) -
     return side, note, baseline_dispatches(base_item)
 
 
-def _counters(ctx: RunContext, request: WorkRequest, p: PerfNonRegressionParams) -> tuple[dict[str, Any] | None, str]:
+def _profile(ctx: RunContext, request: WorkRequest, p: PerfNonRegressionParams) -> dict[str, Any]:
+    profile = request.model_copy(update={"profile": True})
+    counters: dict[str, Any] = _memo_call(
+        ctx,
+        ("perf-ncu", profile.model_dump_json()),
+        lambda: run_profiled(profile, timeout_s=p.timing.worker_timeout_s),
+    )
+    return counters
+
+
+def _counters(
+    ctx: RunContext, candidate: WorkRequest, baseline: WorkRequest | None, p: PerfNonRegressionParams
+) -> tuple[dict[str, Any] | None, str]:
+    """The candidate's counters for this item's cell and, when the baseline ran in this run, the baseline's: a
+    miss is explained against what the faster kernel does differently (traffic, occupancy, tensor work)."""
     if not p.hardware_counters:
         return None, ""
     if not ctx.host.available.__contains__("ncu"):
         return None, "hardware_counters: ncu is not on PATH on this host; no counters collected"
-    profile = request.model_copy(update={"profile": True})
+    cell_name = range_name(p.metric, p.batch, p.suffix)
     try:
-        counters = _memo_call(
-            ctx,
-            ("perf-ncu", profile.model_dump_json()),
-            lambda: run_profiled(profile, timeout_s=p.timing.worker_timeout_s),
-        )
+        counters = _profile(ctx, candidate, p)
     except QualifyError as exc:
         return None, f"hardware_counters: ncu profiling failed: {exc.diagnostics()[:500]}"
-    cell = counters["by_cell"].get(range_name(p.metric, p.batch, p.suffix))
-    note = "" if cell else "hardware_counters: ncu reported no kernels for this cell (see ncu.unattributed)"
-    return {
+    cell = counters["by_cell"].get(cell_name)
+    notes = [] if cell else ["hardware_counters: ncu reported no kernels for this cell (see ncu.unattributed)"]
+    out: dict[str, Any] = {
         "metrics": counters["metrics"],
         "missing": counters.get("missing", []),  # counters this ncu offers under none of their names
         "cell": cell,
         "unattributed": counters["by_cell"].get("unattributed"),
-        "scope": "one call of one layer of the candidate, clocks not controlled",
-    }, note
+        "scope": "one call of one layer of each side, clocks not controlled",
+    }
+    if baseline is not None:
+        try:
+            out["baseline_cell"] = _profile(ctx, baseline, p)["by_cell"].get(cell_name)
+        except QualifyError as exc:
+            out["baseline_cell"] = None
+            notes.append(f"hardware_counters: ncu profiling of the baseline failed: {exc.diagnostics()[:500]}")
+    return out, "; ".join(notes)
 
 
 def _seed(ctx: RunContext, item: GateItem) -> int:
@@ -284,7 +301,7 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
             f"ci_method {p.timing.ci_method} not used: {measurements['ci_fallback']}; the CI is the "
             f"{measurements['ci_method']} instead"
         )
-    counters, ncu_note = _counters(ctx, requests[0][0], p)
+    counters, ncu_note = _counters(ctx, requests[0][0], requests[1][0] if len(requests) > 1 else None, p)
     measurements.update(
         {
             "ncu": counters,
@@ -294,7 +311,9 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
             "live": cand_cell.live,
             "gpu": cand_results[0].gpu,
             "versions": cand_results[0].versions,
-            "kernel_identity": cand_results[0].identity,
+            # The kernel this item's cell launched (config, cubin hash); a worker's own identity is that of the
+            # first cell it built, which at another batch is another compiled variant.
+            "kernel_identity": (cand_cell.detail or {}).get("identity"),
             "peak_bandwidth_tbps": cand_results[0].peak_bandwidth_tbps,
             "baseline_source": source,
             "candidate_worker_wall_s": [r.wall_s for r in cand_results],
