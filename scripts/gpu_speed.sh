@@ -32,6 +32,30 @@ export PYTHONUNBUFFERED=1
 source scripts/gpu_lib.sh
 gpu() { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv; }
 
+# signed_gate_run DIR NAME TIMEOUT VLLM_PART TITLE K GATE_FILE...: stage vLLM's last part (when VLLM_PART is given),
+# then one signed `qualify run` of the gate files with -k K under $WORK/DIR; its log, report and the public key come
+# back in $OUT/DIR.tar.gz.
+signed_gate_run() {
+  local dir=$1 name=$2 limit=$3 part=$4 title=$5 select=$6
+  shift 6
+  {
+    [[ -n $part ]] && bash .vllm/stage.sh "$part"
+    source .gpu/setup.sh >/dev/null 2>&1
+    vllm_if_staged
+    install; keys
+    gpu
+    rm -rf "${WORK:?}/$dir"
+    log "$title"
+    SECONDS=0
+    timeout "$limit" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run "$@" -k "$select" \
+      --out "$WORK/$dir" --name "$name" --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q \
+      >"$WORK/$dir.log" 2>&1
+    echo "exit $? after ${SECONDS} s"
+    tail -n 40 "$WORK/$dir.log"
+  } 2>&1 | tee "$OUT/step.log"
+  tar -C "$WORK" -czf "$OUT/$dir.tar.gz" "$dir" "$dir.log" keys/signing-key.pub.pem 2>/dev/null
+}
+
 case $step in
 sweep)
   {
@@ -89,61 +113,19 @@ qualify)
   tar -C "$WORK" -czf "$OUT/qualify.tar.gz" numerics numerics.log mutation mutants.log keys/signing-key.pub.pem 2>/dev/null
   ;;
 targets)
-  {
-    bash .vllm/stage.sh 3
-    source .gpu/setup.sh >/dev/null 2>&1
-    vllm_if_staged
-    install; keys
-    gpu
-    rm -rf "$WORK/targets"
-    log "decode targets + numerics envelope cells in one run"
-    SECONDS=0
-    timeout "${TARGETS_TIMEOUT:-540}" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
-      gates/gpu/perf_targets.yaml gates/kernel_numerics.yaml \
-      -k "decode-parity or decode-b16 or decode-b64 or numerics-envelope-decode or numerics-envelope-prefill or numerics-envelope-p16" --out "$WORK/targets" --name targets-h200 \
-      --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/targets.log" 2>&1
-    echo "exit $? after ${SECONDS} s"
-    tail -n 40 "$WORK/targets.log"
-  } 2>&1 | tee "$OUT/step.log"
-  tar -C "$WORK" -czf "$OUT/targets.tar.gz" targets targets.log keys/signing-key.pub.pem 2>/dev/null
+  signed_gate_run targets targets-h200 "${TARGETS_TIMEOUT:-540}" 3 "decode targets + numerics envelope cells in one run" \
+    "decode-parity or decode-b16 or decode-b64 or numerics-envelope-decode or numerics-envelope-prefill or numerics-envelope-p16" \
+    gates/gpu/perf_targets.yaml gates/kernel_numerics.yaml
   ;;
 prefill)
-  {
-    source .gpu/setup.sh >/dev/null 2>&1
-    vllm_if_staged
-    install; keys
-    gpu
-    rm -rf "$WORK/prefill"
-    log "perf.yaml shared-page items (FA3, FlashInfer)"
-    SECONDS=0
-    timeout "${PREFILL_TIMEOUT:-540}" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
-      gates/perf.yaml gates/kernel_numerics.yaml -k "shared-pages or numerics-envelope-decode or numerics-envelope-prefill" \
-      --out "$WORK/prefill" --name shared-pages-h200 \
-      --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/prefill.log" 2>&1
-    echo "exit $? after ${SECONDS} s"
-    tail -n 40 "$WORK/prefill.log"
-  } 2>&1 | tee "$OUT/step.log"
-  tar -C "$WORK" -czf "$OUT/prefill.tar.gz" prefill prefill.log keys/signing-key.pub.pem 2>/dev/null
+  signed_gate_run prefill shared-pages-h200 "${PREFILL_TIMEOUT:-540}" "" "perf.yaml shared-page items (FA3, FlashInfer)" \
+    "shared-pages or numerics-envelope-decode or numerics-envelope-prefill" gates/perf.yaml gates/kernel_numerics.yaml
   ;;
 counters)
-  {
-    bash .vllm/stage.sh 3
-    source .gpu/setup.sh >/dev/null 2>&1
-    vllm_if_staged
-    install; keys
-    gpu
-    rm -rf "$WORK/counters"
-    log "perf.yaml FA3 shared-page item, counters of both sides"
-    SECONDS=0
-    timeout "${COUNTERS_TIMEOUT:-540}" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
-      gates/perf.yaml gates/kernel_numerics.yaml \
-      -k "perf-shared-vs-fa3-shared-pages or numerics-envelope-decode or numerics-envelope-prefill" \
-      --out "$WORK/counters" --name fa3-counters-h200 \
-      --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/counters.log" 2>&1
-    echo "exit $? after ${SECONDS} s"
-    tail -n 30 "$WORK/counters.log"
-  } 2>&1 | tee "$OUT/step.log"
-  tar -C "$WORK" -czf "$OUT/counters.tar.gz" counters counters.log keys/signing-key.pub.pem 2>/dev/null
+  signed_gate_run counters fa3-counters-h200 "${COUNTERS_TIMEOUT:-540}" 3 \
+    "perf.yaml FA3 shared-page item, counters of both sides" \
+    "perf-shared-vs-fa3-shared-pages or numerics-envelope-decode or numerics-envelope-prefill" \
+    gates/perf.yaml gates/kernel_numerics.yaml
   ;;
 *)
   echo "unknown step $step"

@@ -2,13 +2,13 @@
 its CSV.
 
 The counters are a wish list (`COUNTERS`): DRAM and L2 traffic, L2 hit rate, achieved occupancy, registers and shared
-memory per block, tensor-core instruction counts (wgmma and mma.sync apart), conversion instruction counts, and the
-warp stall reasons. Metric names differ between ncu versions and chips, so each counter lists its candidates and the
-profile asks for the first one the host's ``ncu --query-metrics`` offers; a counter none of whose names it offers is
-recorded as missing, not guessed. Clocks are left alone (`--clock-control none`), like every other measurement
-here. The worker brackets each cell's single call with cudaProfilerStart/Stop and an NVTX range named after the cell;
-ncu profiles only inside those windows and renames each kernel after its range, which is how counters map back to
-cells.
+memory per block, tensor-pipe instruction counts (all, and wgmma alone), conversion instruction counts, the kernels'
+durations and the warp stall reasons. Metric names differ between ncu versions and chips, so each counter lists its
+candidates and the profile asks for the first one the host's ``ncu --query-metrics`` offers; a counter none of whose
+names it offers is recorded as missing, not guessed. Clocks are left alone (`--clock-control none`), like every other
+measurement here. The worker brackets each cell's single call with cudaProfilerStart/Stop and an NVTX range named after
+the cell; ncu profiles only inside those windows and renames each kernel after its range, which is how counters map back
+to cells.
 """
 
 from __future__ import annotations
@@ -53,11 +53,13 @@ COUNTERS: tuple[Counter, ...] = (
     Counter("registers_per_thread", "max", ("launch__registers_per_thread",)),
     Counter("shared_mem_per_block_bytes", "max", ("launch__shared_mem_per_block",)),
     Counter("dynamic_shared_mem_per_block_bytes", "max", ("launch__shared_mem_per_block_dynamic",)),
-    # Apart, not one as the other's fallback: Hopper's warpgroup MMA (wgmma: prefill's 64- and 128-row tiles) and
-    # the warp-level mma.sync (decode's 16-row tiles) run on one tensor pipe but count under different names, and a
-    # kernel can issue either; asking only for wgmma recorded decode's tensor work as 0.
+    # Both, not one as the other's fallback: the tensor pipe's warp instructions (wgmma and mma.sync: on the H200,
+    # ncu's hmma-pipe count equals the wgmma count in a kernel that issues only wgmma, 2026-12-04) and the wgmma
+    # ones alone, which tell Hopper's warpgroup MMA (prefill's 64- and 128-row tiles, FA3) from decode's mma.sync.
+    # Asking for wgmma first and falling back recorded decode's tensor work as 0.
+    Counter("tensor_instructions", "sum", ("sm__inst_executed_pipe_tensor_op_hmma.sum",)),
     Counter("wgmma_instructions", "sum", ("sm__inst_executed_pipe_tensor_op_gmma.sum",)),
-    Counter("mma_instructions", "sum", ("sm__inst_executed_pipe_tensor_op_hmma.sum",)),
+    Counter("duration_ns", "sum", ("gpu__time_duration.sum",)),
     Counter("conversion_thread_instructions", "sum", ("smsp__sass_thread_inst_executed_op_conversion_pred_on.sum",)),
     Counter("instructions", "sum", ("smsp__inst_executed.sum",)),
     *(

@@ -132,8 +132,8 @@ def test_the_profile_asks_for_the_first_name_of_each_counter_this_ncu_offers() -
     plan = plan_metrics(bases)
     fields = {c.field: m for m, c in plan.by_metric.items()}
     assert fields["dram_bytes"] == "dram__bytes.sum" and fields["l2_bytes"] == "lts__t_bytes.sum"
-    assert fields["mma_instructions"] == "sm__inst_executed_pipe_tensor_op_hmma.sum"
-    assert "wgmma_instructions" in plan.missing  # this ncu offers no gmma counter: said, not filled with mma.sync's
+    assert fields["tensor_instructions"] == "sm__inst_executed_pipe_tensor_op_hmma.sum"
+    assert "wgmma_instructions" in plan.missing  # this ncu offers no gmma counter: said, not filled with another
     assert fields["registers_per_thread"] == "launch__registers_per_thread"  # launch statistics always come
     assert "l2_hit_rate_pct" in plan.missing and "stall_short_scoreboard_pct" in plan.missing
     assert set(plan.missing) | set(fields) == {c.field for c in COUNTERS}
