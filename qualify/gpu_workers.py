@@ -70,10 +70,19 @@ def parse_gpus(
         if not 1 <= count <= len(usable):
             raise GpuSpecError(f"--gpus {spec}: a count of GPUs is 1 to {len(usable)} (the GPUs this process may use)")
         return usable[:count]
-    ids = _ids(spec, f"--gpus {spec}", allow_empty=False)
+    return parse_gpu_ids(spec, environ=env, option="--gpus")
+
+
+def parse_gpu_ids(spec: str, *, environ: Mapping[str, str] | None = None, option: str = "--qualify-gpus") -> list[str]:
+    """GPU ids, never a count: what `parse_gpus` resolved, as the controller hands it to pytest (`--qualify-gpus`),
+    where a lone `0` is GPU 0, not zero GPUs. Each id must be among `CUDA_VISIBLE_DEVICES` when that is set."""
+    env = os.environ if environ is None else environ
+    visible_raw = env.get("CUDA_VISIBLE_DEVICES")
+    visible = None if visible_raw is None else _ids(visible_raw, "CUDA_VISIBLE_DEVICES", allow_empty=True)
+    ids = _ids(spec.strip(), f"{option} {spec}", allow_empty=False)
     outside = [i for i in ids if visible is not None and i not in visible]
     if outside:
-        raise GpuSpecError(f"--gpus {spec}: GPU {outside[0]} is not in CUDA_VISIBLE_DEVICES={visible_raw}")
+        raise GpuSpecError(f"{option} {spec}: GPU {outside[0]} is not in CUDA_VISIBLE_DEVICES={visible_raw}")
     return ids
 
 

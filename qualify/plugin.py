@@ -105,10 +105,10 @@ def _configure_gpus(config: pytest.Config, state: SessionState) -> None:
     spec = config.option.qualify_gpus
     if not spec:
         return
-    from qualify.gpu_workers import parse_gpus, worker_gpu
+    from qualify.gpu_workers import parse_gpu_ids, worker_gpu
 
     try:
-        state.gpus = parse_gpus(spec)
+        state.gpus = parse_gpu_ids(spec)
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None:
             state.gpu = worker_gpu(str(workerinput["workerid"]), state.gpus)

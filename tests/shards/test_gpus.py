@@ -13,7 +13,7 @@ import yaml
 
 from qualify.cli import main
 from qualify.compile import compile_gate_file
-from qualify.gpu_workers import GpuSpecError, merge_worker_reports, parse_gpus, worker_gpu
+from qualify.gpu_workers import GpuSpecError, merge_worker_reports, parse_gpu_ids, parse_gpus, worker_gpu
 from qualify.registry import default_registry
 from qualify.report.schema import SCHEMA_PATH
 
@@ -74,6 +74,24 @@ def test_two_workers_give_the_serial_runs_items_and_verdict(
     assert spread["gpus"]["ids"] == ["0", "1"]
 
 
+@pytest.mark.parametrize(("visible", "spec", "gpu"), [("0", "auto", "0"), ("3", "1", "3"), ("0,5", "5", None)])
+def test_a_one_gpu_spread_gives_the_serial_runs_items(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, visible: str, spec: str, gpu: str | None
+) -> None:
+    # One GPU is one worker: GPU 0 handed on as `--qualify-gpus 0` is that GPU, not a count of none (the first run
+    # on a one-GPU host failed so); a lone number the user gives is a count.
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
+    gate = _gate(tmp_path, _values(3), 0.5)
+    if gpu is None:  # `5` asks for five GPUs of an allocation of two: refused, nothing written
+        assert main(["run", str(gate), "--out", str(tmp_path / "spread"), "--name", "r", "--gpus", spec]) == 2
+        assert not (tmp_path / "spread" / "r.json").exists()
+        return
+    serial_code, serial = _run(tmp_path, gate, "serial")
+    code, spread = _run(tmp_path, gate, "spread", "--gpus", spec)
+    assert (code, spread["verdict"], _items(spread)) == (serial_code, serial["verdict"], _items(serial))
+    assert {i["gpu"] for i in spread["items"]} == {gpu} and spread["gpus"]["ids"] == [gpu]
+
+
 def test_items_of_one_group_share_a_worker_and_the_signed_report_verifies(tmp_path: Path) -> None:
     assert main(["keygen", "--out", str(tmp_path / "keys")]) == 0
     values = _values(6)
@@ -113,6 +131,10 @@ def test_the_kinds_name_their_shared_state() -> None:
 
 
 def test_gpu_specs() -> None:
+    assert parse_gpu_ids("0", environ={}) == ["0"]  # ids as the controller hands them on: never a count
+    assert parse_gpu_ids("2,0", environ={"CUDA_VISIBLE_DEVICES": "0,2"}) == ["2", "0"]
+    with pytest.raises(GpuSpecError, match="GPU 1 is not in CUDA_VISIBLE_DEVICES=0"):
+        parse_gpu_ids("1", environ={"CUDA_VISIBLE_DEVICES": "0"})
     alloc = {"CUDA_VISIBLE_DEVICES": "2,5,7"}
     assert parse_gpus("auto", environ=alloc) == ["2", "5", "7"]
     assert parse_gpus("2", environ=alloc) == ["2", "5"]  # the first two of the allocation, never GPUs 0 and 1
