@@ -82,11 +82,12 @@ PREFILL_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_special
 ]  # fmt: skip
 
 
-def shape_set(metric_name: str, variant: str = "qwen3-8b") -> ShapeSet:
+def shape_set(metric_name: str, variant: str = "qwen3-8b", batches: list[int] | None = None) -> ShapeSet:
     shape_id, suffixes = PHASES[metric_name]
     qo, kv, d, page, cart = SHAPES[variant]
     return ShapeSet(id=f"{shape_id}-{variant}", num_qo_heads=qo, num_kv_heads=kv, head_dim=d, page_size=page,
-                    cartridge_len=cart, batches=BATCHES, suffixes=suffixes, generated_tokens=1)  # fmt: skip
+                    cartridge_len=cart, batches=batches or BATCHES, suffixes=suffixes,
+                    generated_tokens=1)  # fmt: skip
 
 
 def measure_all(
@@ -173,8 +174,14 @@ def warp_specialization_problem(tma: bool) -> str | None:
     return None if proc.returncode == 0 else f"warp specialization probe failed: {(proc.stdout + proc.stderr)[-300:]}"
 
 
-def sweep(metric_names: list[str], variant: str) -> list[dict[str, Any]]:
-    """Per-layer time of the fused K16/V8 kernel under every candidate configuration, at every point."""
+def sweep(
+    metric_names: list[str],
+    variant: str,
+    batches: list[int] | None = None,
+    decode_candidates: list[tuple[int, ...]] | None = None,
+) -> list[dict[str, Any]]:
+    """Per-layer time of the fused K16/V8 kernel under every candidate configuration, at every point (`batches`
+    and `decode_candidates` narrow a sweep to a few points and configurations)."""
     import cartridge_attn as ca
     import torch
 
@@ -189,12 +196,13 @@ def sweep(metric_names: list[str], variant: str) -> list[dict[str, Any]]:
             print(problem, flush=True)
     rows = []
     for metric_name in metric_names:
-        shape, m = shape_set(metric_name, variant), metric(metric_name)
+        shape, m = shape_set(metric_name, variant, batches), metric(metric_name)
         group = shape.num_qo_heads // shape.num_kv_heads
         for suffix in shape.suffixes:
             for batch in shape.batches:
                 live = shape.decode_live(suffix) if m.phase == "decode" else suffix
-                for cand in DECODE_CANDIDATES if m.phase == "decode" else PREFILL_CANDIDATES:
+                decode = decode_candidates or DECODE_CANDIDATES
+                for cand in decode if m.phase == "decode" else PREFILL_CANDIDATES:
                     if m.phase == "decode":
                         r, bn, w, s, k = cand
                         cfg = ca.decode_config(group, shape.head_dim, batch, live, reqs=r, block_n=bn, num_warps=w,
@@ -238,8 +246,20 @@ def main() -> int:
     ap.add_argument(
         "--l2", choices=["cold", "warm", "both"], default="cold", help="each layer's own buffers or one set"
     )
+    ap.add_argument("--batches", nargs="+", type=int, help="with --tune: sweep only these batches")
+    ap.add_argument("--decode-candidates", nargs="+", metavar="R,BN,W,S,K",
+                    help="with --tune: these decode configurations (requests per program, block_n, warps, stages, "
+                         "splits) instead of the built-in list")  # fmt: skip
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
+    candidates = None
+    if args.decode_candidates:
+        try:
+            candidates = [tuple(int(x) for x in c.split(",")) for c in args.decode_candidates]
+        except ValueError:
+            ap.error(f"--decode-candidates: integers R,BN,W,S,K, got {args.decode_candidates}")
+        if any(len(c) != 5 for c in candidates):
+            ap.error(f"--decode-candidates: five integers each (R,BN,W,S,K), got {args.decode_candidates}")
     wanted = {"decode": ["decode_tokens_per_s"], "prefill": ["ttft_proxy_ms"]}.get(args.only, list(PHASES))
     env = {
         "commit": args.commit,
@@ -248,7 +268,8 @@ def main() -> int:
     }
     if args.tune:
         # The configurations are swept at the first shape (the one the dispatch table is tuned on).
-        (args.out / "sweep.json").write_text(json.dumps({"env": env, "sweep": sweep(wanted, args.shapes[0])}, indent=1))
+        rows = sweep(wanted, args.shapes[0], args.batches, candidates)
+        (args.out / "sweep.json").write_text(json.dumps({"env": env, "sweep": rows}, indent=1))
         if args.sweep_only:
             return 0
     runs = []
