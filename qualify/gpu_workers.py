@@ -79,20 +79,21 @@ def parse_gpu_ids(spec: str, *, environ: Mapping[str, str] | None = None, option
     env = os.environ if environ is None else environ
     visible_raw = env.get("CUDA_VISIBLE_DEVICES")
     visible = None if visible_raw is None else _ids(visible_raw, "CUDA_VISIBLE_DEVICES", allow_empty=True)
-    ids = _ids(spec.strip(), f"{option} {spec}", allow_empty=False)
+    hint = "use auto, a count, or 0,1,..." if option == "--gpus" else "GPU ids: 0,1,... or UUIDs"
+    ids = _ids(spec.strip(), f"{option} {spec}", allow_empty=False, hint=hint)
     outside = [i for i in ids if visible is not None and i not in visible]
     if outside:
         raise GpuSpecError(f"{option} {spec}: GPU {outside[0]} is not in CUDA_VISIBLE_DEVICES={visible_raw}")
     return ids
 
 
-def _ids(text: str, what: str, *, allow_empty: bool) -> list[str]:
+def _ids(text: str, what: str, *, allow_empty: bool, hint: str = "use auto, a count, or 0,1,...") -> list[str]:
     ids = [part.strip() for part in text.split(",")] if text.strip() else []
     if not ids and not allow_empty:
-        raise GpuSpecError(f"{what}: names no GPU (use auto, a count, or 0,1,...)")
+        raise GpuSpecError(f"{what}: names no GPU ({hint})")
     bad = [i for i in ids if not _GPU_ID.match(i)]
     if bad:
-        raise GpuSpecError(f"{what}: {bad[0]!r} is not a GPU index or UUID (use auto, a count, or 0,1,...)")
+        raise GpuSpecError(f"{what}: {bad[0]!r} is not a GPU index or UUID ({hint})")
     twice = [i for i, n in Counter(ids).items() if n > 1]
     if twice:
         raise GpuSpecError(f"{what}: GPU {twice[0]} is named twice (one worker per GPU)")

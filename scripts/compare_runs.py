@@ -23,7 +23,37 @@ def _load(path: Path) -> dict[str, Any]:
         raise SystemExit(f"{path}: not a readable report ({exc})") from None
     if not isinstance(report, dict) or not isinstance(report.get("items"), list):
         raise SystemExit(f"{path}: not a qualify report (no 'items' list)")
+    for field in ("verdict", "counts"):
+        if field not in report:
+            raise SystemExit(f"{path}: not a qualify report (no '{field}')")
+    for n, item in enumerate(report["items"]):
+        if not isinstance(item, dict) or not all(k in item for k in ("name", "status")):
+            raise SystemExit(f"{path}: items[{n}] has no name or status")
     return report
+
+
+def _key(item: dict[str, Any]) -> str:
+    # Gate ids are unique within a file, not across files; the node id does not name the file of a gate file
+    # outside pytest's root directory, so the item's gate file does.
+    return f"{item.get('gate_file')}::{item['name']}"
+
+
+def _by_key(report: dict[str, Any]) -> tuple[dict[str, dict[str, Any]], list[str]]:
+    items: dict[str, dict[str, Any]] = {}
+    duplicates = []
+    for item in report["items"]:
+        key = _key(item)
+        if key in items:
+            duplicates.append(key)
+        items[key] = item
+    return items, duplicates
+
+
+def _status_counts(report: dict[str, Any]) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    for item in report["items"]:
+        counts[item["status"]] = counts.get(item["status"], 0) + 1
+    return dict(sorted(counts.items()))
 
 
 def _observed(item: dict[str, Any]) -> list[Any]:
@@ -31,33 +61,40 @@ def _observed(item: dict[str, Any]) -> list[Any]:
 
 
 def compare(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
-    """The agreement of two reports: differing statuses by item name, items present in one only, and timings."""
-    items_a = {i["name"]: i for i in a["items"]}
-    items_b = {i["name"]: i for i in b["items"]}
-    common = [n for n in items_a if n in items_b]
+    """The agreement of two reports: differing statuses by item, items present in one only or twice in one, the
+    reports' own counts and those the items give, and timings."""
+    items_a, dup_a = _by_key(a)
+    items_b, dup_b = _by_key(b)
+    common = [k for k in items_a if k in items_b]
     differ = [
-        {"item": n, "a": items_a[n]["status"], "b": items_b[n]["status"]}
-        for n in common
-        if items_a[n]["status"] != items_b[n]["status"]
+        {"item": k, "a": items_a[k]["status"], "b": items_b[k]["status"]}
+        for k in common
+        if items_a[k]["status"] != items_b[k]["status"]
     ]
-    same_values = sum(1 for n in common if _observed(items_a[n]) == _observed(items_b[n]))
+    same_values = sum(1 for k in common if _observed(items_a[k]) == _observed(items_b[k]))
     wall = [r.get("provenance", {}).get("duration_s") for r in (a, b)]
     gpus = sorted({str(i.get("gpu")) for i in b["items"] if i.get("gpu") is not None})
+    from_items = [_status_counts(a), _status_counts(b)]
     return {
-        "verdict": [a.get("verdict"), b.get("verdict")],
-        "counts": [a.get("counts"), b.get("counts")],
+        "verdict": [a["verdict"], b["verdict"]],
+        "counts": [a["counts"], b["counts"]],
+        "counts_from_items": from_items,
         "wall_s": wall,
         "time_ratio": (wall[1] / wall[0]) if all(isinstance(w, (int, float)) and w for w in wall) else None,
         "only_in_a": sorted(set(items_a) - set(items_b)),
         "only_in_b": sorted(set(items_b) - set(items_a)),
+        "duplicates": {"a": sorted(set(dup_a)), "b": sorted(set(dup_b))},
         "status_differs": differ,
         "same_observed_values": same_values,
         "items": len(common),
         "gpus_of_b": gpus,
         "agree": not differ
+        and not dup_a
+        and not dup_b
         and set(items_a) == set(items_b)
-        and a.get("verdict") == b.get("verdict")
-        and a.get("counts") == b.get("counts"),
+        and a["verdict"] == b["verdict"]
+        and a["counts"] == b["counts"]
+        and from_items[0] == from_items[1],
     }
 
 
@@ -89,6 +126,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     for side in ("only_in_a", "only_in_b"):
         for name in result[side]:
             print(f"{side.replace('_', ' ')}: {name}")
+    for side, names in result["duplicates"].items():
+        for name in names:
+            print(f"twice in {side}: {name}")
+    if result["verdict"][0] != result["verdict"][1]:
+        print(f"verdict differs: {result['verdict'][0]} vs {result['verdict'][1]}")
     print("AGREE" if result["agree"] else "DISAGREE")
     return 0 if result["agree"] else 1
 

@@ -50,9 +50,13 @@ spread)
     signed spread --gpus "$GPUS"
     tail -n 6 "$WORK/serial.log" "$WORK/spread.log"
     python3 scripts/compare_runs.py "$WORK/serial/serial.json" "$WORK/spread/spread.json" --json "$WORK/compare.json"
+    echo "compare exit $?" >"$WORK/compare.rc"
   } 2>&1 | tee "$OUT/step.log"
   tar -C "$WORK" -czf "$OUT/spread.tar.gz" serial serial.log spread spread.log compare.json keys/signing-key.pub.pem \
     2>/dev/null
+  # The step's exit status is the comparison's: 1 when the runs disagree, 2 when a report is missing or unreadable.
+  rc=$(sed -n 's/^compare exit //p' "$WORK/compare.rc" 2>/dev/null)
+  exit "${rc:-2}"
   ;;
 *)
   echo "unknown step $step"

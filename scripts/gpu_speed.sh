@@ -32,14 +32,13 @@ export PYTHONUNBUFFERED=1
 source scripts/gpu_lib.sh
 gpu() { nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv; }
 
-# signed_gate_run DIR NAME TIMEOUT VLLM_PART TITLE K GATE_FILE...: stage vLLM's last part (when VLLM_PART is given),
-# then one signed `qualify run` of the gate files with -k K under $WORK/DIR; its log, report and the public key come
-# back in $OUT/DIR.tar.gz.
+# signed_gate_run DIR NAME TIMEOUT TITLE K GATE_FILE...: one signed `qualify run` of the gate files with -k K under
+# $WORK/DIR (vLLM from its staged parts when .vllm/setup.sh came with the call: vllm_if_staged stages a carried last
+# part itself); its log, report and the public key come back in $OUT/DIR.tar.gz.
 signed_gate_run() {
-  local dir=$1 name=$2 limit=$3 part=$4 title=$5 select=$6
-  shift 6
+  local dir=$1 name=$2 limit=$3 title=$4 items=$5
+  shift 5
   {
-    [[ -n $part ]] && bash .vllm/stage.sh "$part"
     source .gpu/setup.sh >/dev/null 2>&1
     vllm_if_staged
     install; keys
@@ -47,7 +46,7 @@ signed_gate_run() {
     rm -rf "${WORK:?}/$dir"
     log "$title"
     SECONDS=0
-    timeout "$limit" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run "$@" -k "$select" \
+    timeout "$limit" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run "$@" -k "$items" \
       --out "$WORK/$dir" --name "$name" --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q \
       >"$WORK/$dir.log" 2>&1
     echo "exit $? after ${SECONDS} s"
@@ -113,16 +112,16 @@ qualify)
   tar -C "$WORK" -czf "$OUT/qualify.tar.gz" numerics numerics.log mutation mutants.log keys/signing-key.pub.pem 2>/dev/null
   ;;
 targets)
-  signed_gate_run targets targets-h200 "${TARGETS_TIMEOUT:-540}" 3 "decode targets + numerics envelope cells in one run" \
+  signed_gate_run targets targets-h200 "${TARGETS_TIMEOUT:-540}" "decode targets + numerics envelope cells in one run" \
     "decode-parity or decode-b16 or decode-b64 or numerics-envelope-decode or numerics-envelope-prefill or numerics-envelope-p16" \
     gates/gpu/perf_targets.yaml gates/kernel_numerics.yaml
   ;;
 prefill)
-  signed_gate_run prefill shared-pages-h200 "${PREFILL_TIMEOUT:-540}" "" "perf.yaml shared-page items (FA3, FlashInfer)" \
+  signed_gate_run prefill shared-pages-h200 "${PREFILL_TIMEOUT:-540}" "perf.yaml shared-page items (FA3, FlashInfer)" \
     "shared-pages or numerics-envelope-decode or numerics-envelope-prefill" gates/perf.yaml gates/kernel_numerics.yaml
   ;;
 counters)
-  signed_gate_run counters fa3-counters-h200 "${COUNTERS_TIMEOUT:-540}" 3 \
+  signed_gate_run counters fa3-counters-h200 "${COUNTERS_TIMEOUT:-540}" \
     "perf.yaml FA3 shared-page item, counters of both sides" \
     "perf-shared-vs-fa3-shared-pages or numerics-envelope-decode or numerics-envelope-prefill" \
     gates/perf.yaml gates/kernel_numerics.yaml

@@ -56,7 +56,8 @@ COUNTERS: tuple[Counter, ...] = (
     # Both, not one as the other's fallback: the tensor pipe's warp instructions (wgmma and mma.sync: on the H200,
     # ncu's hmma-pipe count equals the wgmma count in a kernel that issues only wgmma, 2026-12-04) and the wgmma
     # ones alone, which tell Hopper's warpgroup MMA (prefill's 64- and 128-row tiles, FA3) from decode's mma.sync.
-    # Asking for wgmma first and falling back recorded decode's tensor work as 0.
+    # Asking for wgmma first and falling back recorded decode's tensor work as 0; reports made before 2026-12-04
+    # hold that wgmma-first count under the name tensor_instructions.
     Counter("tensor_instructions", "sum", ("sm__inst_executed_pipe_tensor_op_hmma.sum",)),
     Counter("wgmma_instructions", "sum", ("sm__inst_executed_pipe_tensor_op_gmma.sum",)),
     Counter("duration_ns", "sum", ("gpu__time_duration.sum",)),
@@ -151,25 +152,30 @@ def _number(text: str) -> float | None:
         return None
 
 
-def _aggregate(how: str, values: list[float]) -> float:
+def _aggregate(how: str, values: list[float], weights: list[float] | None) -> float:
     if how == "sum":
         return sum(values)
     if how == "max":
         return max(values)
+    if weights is not None and sum(weights) > 0:
+        # A rate or share of a cell is its kernels' mean weighted by their time: a short scheduling kernel beside
+        # the attention kernel must not count as much as it.
+        return sum(v * w for v, w in zip(values, weights, strict=True)) / sum(weights)
     return sum(values) / len(values)
 
 
 def parse_csv(text: str, cell_names: Sequence[str], plan: MetricPlan | None = None) -> dict[str, Any]:
     """Counters per cell, each field aggregated over the cell's kernels as its `Counter` says (bytes and instruction
-    counts summed, rates and stall shares averaged over kernels, launch resources their maximum), plus the cell's
-    `top_stalls` (the largest stall shares, largest first).
+    counts summed, rates and stall shares averaged over kernels weighted by their durations when ncu gave every
+    kernel's, launch resources their maximum), plus the cell's `top_stalls` (the largest stall shares, largest
+    first).
 
     Kernels whose (renamed) name matches no cell are pooled under "unattributed" rather than dropped.
     """
     by_metric = (plan or plan_metrics(None)).by_metric
     lines = [ln for ln in text.splitlines() if ln.startswith('"')]
-    values: dict[str, dict[str, list[float]]] = {}
-    kernels: dict[str, set[str]] = {}
+    # cell -> field -> kernel (its ID and name) -> value
+    values: dict[str, dict[str, dict[str, float]]] = {}
     for row in csv.DictReader(io.StringIO("\n".join(lines))):
         name = row.get("Kernel Name", "")
         counter = by_metric.get(row.get("Metric Name", ""))
@@ -177,13 +183,17 @@ def parse_csv(text: str, cell_names: Sequence[str], plan: MetricPlan | None = No
         if counter is None or value is None:
             continue
         key = next((c for c in cell_names if c in name), "unattributed")
-        kernels.setdefault(key, set()).add(f"{row.get('ID', '')}:{name}")
-        values.setdefault(key, {}).setdefault(counter.field, []).append(value)
+        values.setdefault(key, {}).setdefault(counter.field, {})[f"{row.get('ID', '')}:{name}"] = value
     out: dict[str, Any] = {}
     hows = {c.field: c.how for c in by_metric.values()}
     for key, fields in values.items():
-        cell: dict[str, Any] = {"kernels": len(kernels[key])}
-        cell.update({f: _aggregate(hows[f], v) for f, v in fields.items()})
+        kernels = sorted({k for per_kernel in fields.values() for k in per_kernel})
+        durations = fields.get("duration_ns", {})
+        cell: dict[str, Any] = {"kernels": len(kernels)}
+        for f, per_kernel in fields.items():
+            names = sorted(per_kernel)
+            weights = [durations[k] for k in names] if all(k in durations for k in names) else None
+            cell[f] = _aggregate(hows[f], [per_kernel[k] for k in names], weights)
         stalls = sorted(((v, f) for f, v in cell.items() if f.startswith(STALL_PREFIX) and f not in NOT_STALLS),
                         reverse=True)  # fmt: skip
         cell["top_stalls"] = [f.removeprefix(STALL_PREFIX).removesuffix("_pct") for _, f in stalls[:TOP_STALLS]]

@@ -11,7 +11,9 @@ from cartridge_attn import CartridgeAttention, decode_config, prefill_config, ra
 from cartridge_attn import _kernel as K
 from cartridge_attn.dispatch import Envelope, dispatch_table, specialization_of
 
-ENVELOPE = Envelope(max_batch=80, max_live=1100, max_query_tokens=700, num_kv_heads=(1, 8, 32))
+ENVELOPE = Envelope(
+    max_batch=80, max_live=1100, max_query_tokens=700, num_kv_heads=(1, 8, 32), cartridge_lens=(632, 16)
+)
 
 
 @pytest.fixture(scope="module")
@@ -22,13 +24,17 @@ def table():
 @pytest.mark.parametrize("group", [1, 3, 4, 7, 16])
 @pytest.mark.parametrize("head_dim", K.SUPPORTED_HEAD_DIMS)
 @pytest.mark.parametrize("num_kv_heads", ENVELOPE.num_kv_heads)
+@pytest.mark.parametrize("t_c", ENVELOPE.cartridge_lens)
 def test_every_decode_input_is_in_one_region_with_the_heuristics_config(
-    table, group: int, head_dim: int, num_kv_heads: int
+    table, group: int, head_dim: int, num_kv_heads: int, t_c: int
 ) -> None:
     regions = [r for r in table if r.mode == "decode" and (r.group, r.head_dim) == (group, head_dim)]
-    t_c = ENVELOPE.cartridge_lens[0]
-    # Around every length where a split count or the wide tiles can change, and a coarse grid between.
-    edges = {n + d for n in (511, 512, 256 - t_c, 1024 - t_c, 2048 - t_c) for d in (-1, 0, 1)}
+    # Around every length where a split count, a split's tile width or the wide tiles can change (from the
+    # constants that set them, so that a changed threshold is probed where it now lies), and a coarse grid between.
+    splits = [1 << k for k in range(1, K.DECODE_SPLIT_MAX.bit_length())]
+    cuts = {K.DECODE_WIDE_MIN_LIVE}
+    cuts |= {K.DECODE_SPLIT_KEYS * k - t_c for k in splits} | {K.DECODE_SPLIT_NARROW_KEYS * k - t_c + 1 for k in splits}
+    edges = {n + d for n in cuts for d in (-1, 0, 1)}
     lives = sorted({*range(1, ENVELOPE.max_live + 1, 37), *(n for n in edges if 1 <= n <= ENVELOPE.max_live)})
     for batch in range(1, ENVELOPE.max_batch + 1):
         for live in lives:
@@ -51,8 +57,9 @@ def test_every_prefill_input_is_in_one_region_with_the_heuristics_config(table, 
 
 
 def test_decode_regions_switch_where_the_heuristics_do(table) -> None:
+    key = (4, 128, 8, 632)  # group, head_dim, KV heads, cartridge length
     g4 = sorted((r.batch, r.max_live, r.config.reqs_per_program, r.config.splits, r.config.block_n) for r in table
-                if r.mode == "decode" and (r.group, r.head_dim, r.num_kv_heads) == (4, 128, 8))  # fmt: skip
+                if r.mode == "decode" and (r.group, r.head_dim, r.num_kv_heads, r.cartridge_len) == key)  # fmt: skip
     # 8 KV heads and a 632-position cartridge: a grid of batch x 8 programs fills the 132 SMs from batch 17 on;
     # below, each request splits into ranges of >= 32 keys, a power of two of them, enough to fill the SMs.
     assert g4 == [

@@ -112,6 +112,27 @@ def test_ncu_csv_is_attributed_to_cells_by_range_name() -> None:
     assert range_name("ttft_proxy_ms", 16, 128) not in out
 
 
+def test_rates_are_weighted_by_kernel_time_when_every_kernel_has_one(test_seed: int) -> None:
+    # FA3's cells hold a short scheduling kernel beside the attention kernel: a plain mean would give its
+    # occupancy as much say as the kernel that takes the time.
+    rng = random.Random(test_seed)
+    name = range_name("ttft_proxy_ms", 16, 512)
+    plan = plan_metrics({"gpu__time_duration", "sm__warps_active", "dram__bytes"})
+    head = '"ID","Kernel Name","Metric Name","Metric Unit","Metric Value"'
+    occ = [rng.uniform(5, 60) for _ in range(2)]
+    ns = [rng.uniform(1e5, 1e6), rng.uniform(1e3, 1e4)]
+    rows = [head]
+    for i in range(2):
+        rows.append(f'"{i}","{name}","gpu__time_duration.sum","ns","{ns[i]}"')
+        rows.append(f'"{i}","{name}","sm__warps_active.avg.pct_of_peak_sustained_active","%","{occ[i]}"')
+    cell = parse_csv("\n".join(rows), [name], plan)[name]
+    assert cell["duration_ns"] == pytest.approx(sum(ns))
+    assert cell["achieved_occupancy_pct"] == pytest.approx((occ[0] * ns[0] + occ[1] * ns[1]) / sum(ns))
+    # One kernel without a duration: the plain mean, not a weight made up for it.
+    cell = parse_csv("\n".join(rows[:3] + rows[4:]), [name], plan)[name]
+    assert cell["achieved_occupancy_pct"] == pytest.approx(sum(occ) / 2)
+
+
 # `ncu --query-metrics` lists base names in a table (or CSV with --csv); the profile asks for what it offers.
 NCU_QUERY = """Device gh100 (GH100)
 ------------------------------------------------------- ------------------------------------------------------

@@ -377,3 +377,15 @@ def test_hardware_counters_profile_both_sides_once_per_implementation(
     got = run(item(tmp_path, hardware_counters=True), ctx(host=HostCapabilities(frozenset({"cpu", "ncu"}))))
     ncu = got.measurements.model_dump()["ncu"]
     assert (ncu["cell"], ncu["baseline_cell"]) == ({"side": "fast"}, {"side": "slow"})
+    assert ncu["scope"].startswith("one call of one layer of each side")
+
+    def candidate_fails(request: Any, *, timeout_s: float) -> dict[str, Any]:
+        if request.implementation == "fast":
+            raise QualifyError("ncu exit 3: the candidate's profile broke")
+        return fake_both(request, timeout_s=timeout_s)
+
+    monkeypatch.setattr(perf_runner, "run_profiled", candidate_fails)
+    got = run(item(tmp_path, hardware_counters=True), ctx(host=HostCapabilities(frozenset({"cpu", "ncu"}))))
+    ncu = got.measurements.model_dump()["ncu"]
+    assert ncu["cell"] is None and ncu["baseline_cell"] == {"side": "slow"}  # the baseline's counters still come
+    assert any("profiling of the candidate failed" in n for n in got.notes)

@@ -50,14 +50,48 @@ def test_a_changed_status_or_a_lost_item_disagrees(runs: tuple[Path, Path], tmp_
     changed = tmp_path / "changed.json"
     changed.write_text(json.dumps(report))
     out = _compare(serial, changed)
-    assert out.returncode == 1 and f"status differs: {flipped['name']}: failed vs passed" in out.stdout
+    assert out.returncode == 1 and f"{flipped['name']}: failed vs passed" in out.stdout
     report["items"] = report["items"][1:]
     changed.write_text(json.dumps(report))
-    assert "only in a:" in _compare(serial, changed).stdout
+    lost = _compare(serial, changed)
+    assert lost.returncode == 1 and "only in a:" in lost.stdout
 
 
-def test_an_unreadable_report_is_exit_2_naming_it(runs: tuple[Path, Path], tmp_path: Path) -> None:
+def test_a_verdict_or_counts_alone_differing_disagrees(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    serial, spread = runs
+    for field, value in (("verdict", "PASS"), ("counts", {"passed": 6, "total": 6})):
+        report = json.loads(spread.read_text())
+        report[field] = value
+        changed = tmp_path / f"{field}.json"
+        changed.write_text(json.dumps(report))
+        assert _compare(serial, changed).returncode == 1, field
+
+
+def test_items_of_the_same_name_in_two_gate_files_are_not_merged(runs: tuple[Path, Path], tmp_path: Path) -> None:
+    # Two gate files may both have an item `a[0.1]`: swapping the statuses of such a pair keeps the counts.
+    serial, _ = runs
+    base = json.loads(serial.read_text())
+    x, y = base["items"][0], dict(base["items"][0])
+    y["gate_file"] = "other.yaml"
+    y["status"] = "passed" if x["status"] == "failed" else "failed"
+    a = {**base, "items": [x, y]}
+    b = {**base, "items": [{**x, "status": y["status"]}, {**y, "status": x["status"]}]}
+    paths = []
+    for name, report in (("a", a), ("b", b)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(report))
+    out = _compare(*paths)
+    assert out.returncode == 1 and out.stdout.count("status differs") == 2
+    # The same item twice in one report is itself a disagreement.
+    paths[1].write_text(json.dumps({**base, "items": [x, x]}))
+    assert "twice in b" in _compare(paths[0], paths[1]).stdout
+
+
+@pytest.mark.parametrize(
+    "text", ["{not json", '{"items": []}', '{"items": [{"name": "a"}], "verdict": "PASS", "counts": {}}']
+)
+def test_an_unreadable_report_is_exit_2_naming_it(runs: tuple[Path, Path], tmp_path: Path, text: str) -> None:
     bad = tmp_path / "bad.json"
-    bad.write_text("{not json")
+    bad.write_text(text)
     out = _compare(runs[0], bad)
     assert out.returncode == 2 and str(bad) in out.stderr and out.stdout == ""

@@ -135,6 +135,8 @@ def test_gpu_specs() -> None:
     assert parse_gpu_ids("2,0", environ={"CUDA_VISIBLE_DEVICES": "0,2"}) == ["2", "0"]
     with pytest.raises(GpuSpecError, match="GPU 1 is not in CUDA_VISIBLE_DEVICES=0"):
         parse_gpu_ids("1", environ={"CUDA_VISIBLE_DEVICES": "0"})
+    with pytest.raises(GpuSpecError, match=r"--qualify-gpus auto: 'auto' is not a GPU index or UUID \(GPU ids"):
+        parse_gpu_ids("auto", environ={})  # resolved before pytest: a spec here is a bug, said as such
     alloc = {"CUDA_VISIBLE_DEVICES": "2,5,7"}
     assert parse_gpus("auto", environ=alloc) == ["2", "5", "7"]
     assert parse_gpus("2", environ=alloc) == ["2", "5"]  # the first two of the allocation, never GPUs 0 and 1

@@ -48,7 +48,8 @@ class PerfNonRegressionMeasurements(MeasurementModel):
     pct_peak_bw: PerSide
     clocks: PerSide
     timing_method: PerSide
-    ncu: dict[str, Any] | None  # Nsight Compute counters of the candidate, when asked for and available
+    # Nsight Compute counters of the candidate (and of a baseline measured in this run), when asked for and available.
+    ncu: dict[str, Any] | None
     implementation_set: str
     candidate_options: dict[str, Any]
     shape: dict[str, Any]

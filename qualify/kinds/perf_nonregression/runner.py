@@ -208,32 +208,38 @@ def _counters(
     ctx: RunContext, candidate: WorkRequest, baseline: WorkRequest | None, p: PerfNonRegressionParams
 ) -> tuple[dict[str, Any] | None, str]:
     """The candidate's counters for this item's cell and, when the baseline ran in this run, the baseline's: a
-    miss is explained against what the faster kernel does differently (traffic, occupancy, tensor work)."""
+    miss is explained against what the faster kernel does differently (traffic, occupancy, tensor work). Each
+    side's profile failing, or finding no kernel of the cell, is said in the note; the other side still counts."""
     if not p.hardware_counters:
         return None, ""
     if not ctx.host.available.__contains__("ncu"):
         return None, "hardware_counters: ncu is not on PATH on this host; no counters collected"
     cell_name = range_name(p.metric, p.batch, p.suffix)
-    try:
-        counters = _profile(ctx, candidate, p)
-    except QualifyError as exc:
-        return None, f"hardware_counters: ncu profiling failed: {exc.diagnostics()[:500]}"
-    cell = counters["by_cell"].get(cell_name)
-    notes = [] if cell else ["hardware_counters: ncu reported no kernels for this cell (see ncu.unattributed)"]
+    sides = {"": candidate, "baseline_": baseline} if baseline is not None else {"": candidate}
     out: dict[str, Any] = {
-        "metrics": counters["metrics"],
-        "missing": counters.get("missing", []),  # counters this ncu offers under none of their names
-        "cell": cell,
-        "unattributed": counters["by_cell"].get("unattributed"),
-        "scope": "one call of one layer of each side, clocks not controlled",
+        "scope": f"one call of one layer of {'each side' if baseline is not None else 'the candidate'}, "
+        "clocks not controlled"
     }
-    if baseline is not None:
+    notes = []
+    profiled = False
+    for prefix, request in sides.items():
+        who = "the baseline" if prefix else "the candidate"
         try:
-            out["baseline_cell"] = _profile(ctx, baseline, p)["by_cell"].get(cell_name)
+            counters = _profile(ctx, request, p)
         except QualifyError as exc:
-            out["baseline_cell"] = None
-            notes.append(f"hardware_counters: ncu profiling of the baseline failed: {exc.diagnostics()[:500]}")
-    return out, "; ".join(notes)
+            out[f"{prefix}cell"] = None
+            notes.append(f"hardware_counters: ncu profiling of {who} failed: {exc.diagnostics()[:500]}")
+            continue
+        profiled = True
+        out.setdefault("metrics", counters["metrics"])
+        out.setdefault("missing", counters.get("missing", []))  # counters this ncu offers under none of their names
+        out[f"{prefix}cell"] = counters["by_cell"].get(cell_name)
+        out[f"{prefix}unattributed"] = counters["by_cell"].get("unattributed")
+        if out[f"{prefix}cell"] is None:
+            notes.append(
+                f"hardware_counters: ncu reported no kernels of {who} for this cell (see ncu.{prefix}unattributed)"
+            )
+    return (out if profiled else None), "; ".join(notes)
 
 
 def _seed(ctx: RunContext, item: GateItem) -> int:
