@@ -195,13 +195,13 @@ def sweep(
         if problem:
             print(problem, flush=True)
     rows = []
+    decode = decode_candidates or DECODE_CANDIDATES
     for metric_name in metric_names:
         shape, m = shape_set(metric_name, variant, batches), metric(metric_name)
         group = shape.num_qo_heads // shape.num_kv_heads
         for suffix in shape.suffixes:
             for batch in shape.batches:
                 live = shape.decode_live(suffix) if m.phase == "decode" else suffix
-                decode = decode_candidates or DECODE_CANDIDATES
                 for cand in decode if m.phase == "decode" else PREFILL_CANDIDATES:
                     if m.phase == "decode":
                         r, bn, w, s, k = cand

@@ -8,6 +8,9 @@
 #   sign_site      cryptography for signing (see below)
 #   vllm_if_staged vLLM from staged parts when .vllm/setup.sh came with this call (part 3 staged too if carried):
 #                  for calls whose main work needs FlashInfer (.gpu) and only one baseline needs vLLM (FA3)
+#   signed_run DIR NAME LIMIT RUN_ARGS...
+#                  `qualify run RUN_ARGS` (gate files, -k, options) signed with the throw-away key, non-release,
+#                  report NAME in $WORK/DIR, log $WORK/DIR.log, killed after LIMIT s; prints its exit and time
 log() { echo "=== $(date +%T) $*"; }
 install() { python3 -m pip show -q cartridge-qualify >/dev/null 2>&1 ||
   python3 -m pip install -q --no-build-isolation --no-deps -e . -e tests/plugins/qualify_fake_kind; }
@@ -54,4 +57,13 @@ vllm_if_staged() {
   # and the FA3 baseline needs only vLLM's own package and its FA3 extension.
   PYTHONPATH="${PYTHONPATH#/tmp/vllm-site:}:/tmp/vllm-site"
   export PYTHONPATH
+}
+signed_run() {
+  local dir=$1 name=$2 limit=$3
+  shift 3
+  SECONDS=0
+  timeout "$limit" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run "$@" \
+    --out "$WORK/$dir" --name "$name" --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q \
+    >"$WORK/$dir.log" 2>&1
+  echo "$name: exit $? after ${SECONDS} s"
 }

@@ -23,16 +23,12 @@ K=${K:-numerics-original or numerics-envelope-decode or numerics-envelope-p16-de
 GPUS=${GPUS:-auto}
 limit=${TIMEOUT:-240}
 
-# signed NAME [qualify run options...]: one signed run of the selection into $WORK/NAME, its wall time logged
+# signed NAME [qualify run options...]: one signed run of the selection into $WORK/NAME (gpu_lib.sh's signed_run)
 signed() {
   local name=$1
   shift
-  SECONDS=0
   # shellcheck disable=SC2086  # GATES is a list of files
-  timeout "$limit" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run $GATES -k "$K" \
-    --out "$WORK/$name" --name "$name" --sign-key "$WORK/keys/signing-key.pem" --non-release "$@" -- -q \
-    >"$WORK/$name.log" 2>&1
-  echo "$name: exit $? after ${SECONDS} s"
+  signed_run "$name" "$name" "$limit" $GATES -k "$K" "$@"
 }
 
 case $step in

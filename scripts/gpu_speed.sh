@@ -45,11 +45,7 @@ signed_gate_run() {
     gpu
     rm -rf "${WORK:?}/$dir"
     log "$title"
-    SECONDS=0
-    timeout "$limit" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run "$@" -k "$items" \
-      --out "$WORK/$dir" --name "$name" --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q \
-      >"$WORK/$dir.log" 2>&1
-    echo "exit $? after ${SECONDS} s"
+    signed_run "$dir" "$name" "$limit" "$@" -k "$items"
     tail -n 40 "$WORK/$dir.log"
   } 2>&1 | tee "$OUT/step.log"
   tar -C "$WORK" -czf "$OUT/$dir.tar.gz" "$dir" "$dir.log" keys/signing-key.pub.pem 2>/dev/null

@@ -212,7 +212,7 @@ def _counters(
     side's profile failing, or finding no kernel of the cell, is said in the note; the other side still counts."""
     if not p.hardware_counters:
         return None, ""
-    if not ctx.host.available.__contains__("ncu"):
+    if "ncu" not in ctx.host.available:
         return None, "hardware_counters: ncu is not on PATH on this host; no counters collected"
     cell_name = range_name(p.metric, p.batch, p.suffix)
     sides = {"": candidate, "baseline_": baseline} if baseline is not None else {"": candidate}
