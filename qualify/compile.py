@@ -119,7 +119,13 @@ def _compile_gate(
     default_fields = {k: v for k, v in defaults.items() if k in known and k not in kind_fields}
     header_defaults = {k: v for k, v in defaults.items() if k in DEFAULTABLE_HEADER_FIELDS and k not in raw}
     if header_defaults:
-        header = GateHeader.model_validate({**raw, **header_defaults})
+        try:
+            header = GateHeader.model_validate({**raw, **header_defaults})
+        except ValidationError as exc:
+            # Only the defaulted fields can be wrong here: the gate's own header validated above.
+            raise GateFileErrors(
+                _pydantic_errors(doc, exc, lambda loc: ("defaults", *loc), prefix=f"gate #{index + 1} (from defaults) ")
+            ) from None
 
     matrix = header.matrix or {}
     axes: list[list[tuple[str, Any]]] = []

@@ -59,6 +59,17 @@ def detect_host() -> HostCapabilities:
             available.add(cap)
         else:
             why[cap] = f"python package {module!r} is not installed"
+    # The Gluon prefill compiles only with the Triton whose Gluon it is written in (cartridge_attn.gluon_host).
+    if "triton" in available:
+        from cartridge_attn.gluon_host import gluon_problem
+
+        problem = gluon_problem()
+        if problem is None:
+            available.add("gluon")
+        else:
+            why["gluon"] = problem
+    else:
+        why["gluon"] = why["triton"]
     if shutil.which("ncu"):
         available.add("ncu")
     else:

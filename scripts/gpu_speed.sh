@@ -20,11 +20,18 @@
 #        .vllm/setup.sh; .gpu set up and vLLM parts 1-2 staged by earlier calls) stages vLLM part 3;
 #        gates/perf.yaml's FA3 shared-page item with Nsight Compute counters of both sides, beside the numerics
 #        envelope cells of its shape, in one signed run
+#   bash scripts/gpu_speed.sh gluon              (carry .gpu) the Gluon prefill (issue 17 item 2): its offline builds
+#        (tests/gluon), its GPU tests, then gates/gpu/numerics_gluon.yaml (signed) and `qualify mutants
+#        mutation/cartridge_attn_gluon.yaml` (signed) side by side; the gate and mutants only if the tests pass
+#   bash scripts/gpu_speed.sh gluon-perf         (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
+#        .vllm/setup.sh; .gpu set up and vLLM parts 1-2 staged by earlier calls) stages vLLM part 3;
+#        gates/gpu/perf_gluon.yaml (against FA3 over shared pages and the Triton prefill) with the Gluon numerics
+#        envelope cells of its shape in one signed run
 # Everything comes back under $OUT (a log per step and one tar.gz of the reports).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-step=${1:?usage: gpu_speed.sh sweep|shapes COMMIT, or qualify|targets|prefill|counters}
+step=${1:?usage: gpu_speed.sh sweep|shapes COMMIT, or qualify|targets|prefill|counters|gluon|gluon-perf}
 commit=${2:-unknown}
 WORK=/tmp/speed-work
 mkdir -p "$WORK"
@@ -121,6 +128,43 @@ counters)
     "perf.yaml FA3 shared-page item, counters of both sides" \
     "perf-shared-vs-fa3-shared-pages or numerics-envelope-decode or numerics-envelope-prefill" \
     gates/perf.yaml gates/kernel_numerics.yaml
+  ;;
+gluon)
+  {
+    source .gpu/setup.sh >/dev/null 2>&1
+    install; keys
+    gpu
+    log "Gluon prefill: offline SM90 builds and GPU tests"
+    timeout 200 python3 -m pytest tests/gluon tests/kernels/test_gluon_prefill_gpu.py -q -rs -n 8 -p no:cacheprovider \
+      >"$OUT/gluon-tests.log" 2>&1
+    tests=$?
+    echo "pytest exit $tests"
+    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gluon-tests.log" | tail -n 30
+    if [ "$tests" -eq 0 ]; then
+      rm -rf "$WORK/gluon-numerics" "$WORK/gluon-mutation"
+      log "Gluon numerics gate and mutants, side by side"
+      SECONDS=0
+      (timeout 380 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
+        gates/gpu/numerics_gluon.yaml --out "$WORK/gluon-numerics" --name numerics-gluon-h200 \
+        --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/gluon-numerics.log" 2>&1
+        echo "numerics exit $? after ${SECONDS} s" >>"$WORK/gluon-numerics.log") &
+      numerics=$!
+      timeout 380 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants \
+        mutation/cartridge_attn_gluon.yaml --jobs 8 --timeout-s 300 --out "$WORK/gluon-mutation" \
+        --name mutation-gluon-h200 --sign-key "$WORK/keys/signing-key.pem" >"$WORK/gluon-mutants.log" 2>&1
+      echo "mutants exit $? after ${SECONDS} s" >>"$WORK/gluon-mutants.log"
+      wait "$numerics"
+      tail -n 25 "$WORK/gluon-numerics.log"
+      tail -n 8 "$WORK/gluon-mutants.log"
+    fi
+  } 2>&1 | tee "$OUT/step.log"
+  tar -C "$WORK" -czf "$OUT/gluon.tar.gz" gluon-numerics gluon-numerics.log gluon-mutation gluon-mutants.log \
+    keys/signing-key.pub.pem 2>/dev/null
+  ;;
+gluon-perf)
+  signed_gate_run gluon-perf gluon-perf-h200 "${GLUON_PERF_TIMEOUT:-540}" \
+    "Gluon prefill vs FA3 shared pages and the Triton prefill, + Gluon numerics envelope cells" \
+    "gluon-prefill or gluon-envelope-p8" gates/gpu/perf_gluon.yaml gates/gpu/numerics_gluon.yaml
   ;;
 *)
   echo "unknown step $step"

@@ -33,13 +33,16 @@ from .heuristics import (  # noqa: F401  (re-exported: the API and the tests rea
     DECODE_WIDE_MAX_BATCH,
     DECODE_WIDE_MIN_LIVE,
     GPU_SMS,
+    IMPLS,
     PREFILL_GRID_SMS,
     QUALIFIED_ARCHS,
+    SM90_SHARED_BYTES,
     SUPPORTED_GROUPS,
     SUPPORTED_HEAD_DIMS,
     SUPPORTED_PAGE_SIZES,
     KernelConfig,
     decode_config,
+    gluon_shared_bytes,
     prefill_config,
 )
 

@@ -117,9 +117,9 @@ class LayerOperands:
     num_pages: int
     signature: tuple
     launches: DirectLaunches | None = field(default=None, compare=False, repr=False)
-    # TMA descriptors of the cartridge by tile height, built on a TMA prefill's first launch (they never change
-    # while the operands live).
-    descriptors: dict[int, tuple[Any, Any]] = field(default_factory=dict, compare=False, repr=False)
+    # TMA descriptors by tile height (and, for the Gluon prefill, page size), built on the first launch that needs
+    # them (they never change while the operands live).
+    descriptors: dict[Any, tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
 
     def cartridge_descriptors(self, block_n: int) -> tuple[Any, Any]:
         """Host TMA descriptors of the cartridge K and V viewed as ``(T_c, H_kv * D)``, boxes of ``block_n`` rows
@@ -303,6 +303,40 @@ def _prefill_tiles(
     )
 
 
+def _v_bits(cartridge_v_dtype: torch.dtype, live_v_dtype: torch.dtype) -> dict[str, int]:
+    """The V bit widths a Gluon configuration's shared memory depends on, as `prefill_config` takes them."""
+    return {"cartridge_v_bits": cartridge_v_dtype.itemsize * 8, "live_v_bits": live_v_dtype.itemsize * 8}
+
+
+def _check_gluon(
+    cfg: K.KernelConfig,
+    mode: str,
+    head_dim: int,
+    cartridge_v_dtype: torch.dtype,
+    live_v_dtype: torch.dtype,
+    dev: torch.device,
+) -> None:
+    """Refuse a Gluon configuration this plan cannot launch: decode, a stage ring over SM90's shared memory, a
+    non-CUDA device (Gluon has no interpreter), or a Triton whose Gluon the kernel is not written in."""
+    if cfg.impl != "gluon":
+        return
+    from . import gluon_host
+
+    if mode != "prefill":
+        raise UnsupportedLayoutError("config impl", "'triton' in decode (the Gluon kernel is prefill only)", cfg.impl)
+    need = K.gluon_shared_bytes(cfg, head_dim, **_v_bits(cartridge_v_dtype, live_v_dtype))
+    if need > K.SM90_SHARED_BYTES:
+        raise UnsupportedLayoutError(
+            f"gluon config {cfg.tag} shared memory", f"<= {K.SM90_SHARED_BYTES} bytes (fewer stages or block_n 64)",
+            f"{need} bytes for {_dtype_name(cartridge_v_dtype)} cartridge / {_dtype_name(live_v_dtype)} live values",
+        )  # fmt: skip
+    if dev.type != "cuda" or K.INTERPRETED:
+        where = "the Triton interpreter" if K.INTERPRETED else str(dev)
+        raise UnsupportedLayoutError("config impl 'gluon'", "a CUDA SM90 device (Gluon has no interpreter)", where)
+    if (problem := gluon_host.gluon_problem()) is not None:
+        raise UnsupportedLayoutError("config impl 'gluon'", f"Triton {gluon_host.GLUON_TRITON}.x", problem)
+
+
 class CartridgeAttention:
     """Fused attention over a shared cartridge followed by each request's paged live suffix.
 
@@ -316,7 +350,12 @@ class CartridgeAttention:
     >>> out = attn.run(q, cartridge_k, cartridge_v, (live_k, live_v))    # doctest: +SKIP
     """
 
-    def __init__(self) -> None:
+    def __init__(self, prefill_impl: str = "triton") -> None:
+        """``prefill_impl`` picks the prefill kernel of default configurations: ``"triton"`` (the qualified
+        default) or ``"gluon"`` (the warp-specialized Gluon kernel, SM90 with Triton 3.6; `gluon_host`)."""
+        if prefill_impl not in K.IMPLS:
+            raise UnsupportedLayoutError("prefill_impl", f"one of {K.IMPLS}", prefill_impl)
+        self.prefill_impl = prefill_impl
         self._plan: Plan | None = None
         self._ones: dict[tuple[torch.device, int], torch.Tensor] = {}
         self.last_compiled: Any = None
@@ -477,8 +516,12 @@ class CartridgeAttention:
                     group, head_dim, batch, max_live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len
                 )
             else:
-                config = K.prefill_config(group, head_dim, rows=int(qo[-1]) * group, num_kv_heads=num_kv_heads)
+                config = K.prefill_config(
+                    group, head_dim, rows=int(qo[-1]) * group, num_kv_heads=num_kv_heads, impl=self.prefill_impl,
+                    **_v_bits(cartridge_v_dtype, live_v_dtype),
+                )  # fmt: skip
         self._check_config(config, mode, group)
+        _check_gluon(config, mode, head_dim, cartridge_v_dtype, live_v_dtype, dev)
 
         i32 = {"dtype": torch.int32, "device": dev}
         tensors = {
@@ -620,8 +663,12 @@ class CartridgeAttention:
                 group, head_dim, batch, max_seq_len, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len
             )
         else:
-            config = K.prefill_config(group, head_dim, rows=sum(query_lens) * group, num_kv_heads=num_kv_heads)
+            config = K.prefill_config(
+                group, head_dim, rows=sum(query_lens) * group, num_kv_heads=num_kv_heads, impl=self.prefill_impl,
+                **_v_bits(cartridge_v_dtype, live_v_dtype),
+            )  # fmt: skip
         self._check_config(config, mode, group)
+        _check_gluon(config, mode, head_dim, cartridge_v_dtype, live_v_dtype, dev)
         i32 = {"dtype": torch.int32, "device": dev}
         row = block_table.stride(0)
         if workspace is not None and workspace.device != dev:
@@ -849,6 +896,22 @@ class CartridgeAttention:
         if q.shape[0] != p.total_q or out.shape[0] != p.total_q:
             raise UnsupportedLayoutError("q / out rows", str(p.total_q), (q.shape[0], out.shape[0]))
         cfg = p.config
+        qk_scale = p.sm_scale * _LOG2E  # exp2 in the kernels: log2(e) folded into the scale once
+        if cfg.impl == "gluon":
+            from . import gluon_host
+
+            key = ("gluon", cfg.block_n, p.page_size)
+            if key not in layer.descriptors:
+                layer.descriptors[key] = gluon_host.descriptors(
+                    layer.cartridge_k, layer.cartridge_v, layer.live_k, layer.live_v, cfg.block_n, p.page_size
+                )
+            self.last_compiled = gluon_host.launch(
+                cfg, p.grid, group=p.num_qo_heads // p.num_kv_heads, head_dim=p.head_dim, page_size=p.page_size,
+                causal=p.causal, cartridge_len=p.cartridge_len, qk_scale=qk_scale, q=q, out=out,
+                descs=layer.descriptors[key], cartridge_v_scale=layer.cartridge_v_scale,
+                live_v_scale=layer.live_v_scale, plan_tensors=p.tensors,
+            )  # fmt: skip
+            return out
         t = p.tensors
         ck, cv, live_k, live_v = layer.cartridge_k, layer.cartridge_v, layer.live_k, layer.live_v
         ck_desc, cv_desc = layer.cartridge_descriptors(cfg.block_n) if cfg.cartridge_tma else (None, None)
@@ -859,7 +922,7 @@ class CartridgeAttention:
         args = (
             q, out, ck, cv, ck_desc, cv_desc, layer.cartridge_v_scale, live_k, live_v, layer.live_v_scale,
             *plan_tensors,
-            p.batch, p.cartridge_len, p.sm_scale * _LOG2E,
+            p.batch, p.cartridge_len, qk_scale,
             q.stride(0), q.stride(1), out.stride(0), out.stride(1),
             ck.stride(0), ck.stride(1), cv.stride(0), cv.stride(1),
             live_k.stride(0), live_k.stride(1), live_k.stride(2),

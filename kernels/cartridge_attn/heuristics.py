@@ -6,7 +6,7 @@ dispatch without importing torch or triton; `_kernel` re-exports every name here
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 # ---------------------------------------------------------------------------------------------------
 # What the specialization covers. Anything else is rejected by the API, never sent to a fallback.
@@ -49,6 +49,10 @@ class KernelConfig:
         TMA descriptors) instead of per-thread pointer gathers, which frees the address registers and issue slots
         of the cartridge loop; the paged live suffix keeps its gathers (a page is smaller than a tile). The
         cartridge's heads must then be ``head_dim`` apart (``stride(1) == head_dim``) and 16-byte aligned.
+    impl : str
+        ``"triton"``: the Triton kernel (`_kernel`). ``"gluon"``: prefill only, the warp-specialized Gluon kernel
+        (`_gluon_prefill`): a TMA producer warp and ``block_m // 64`` consumer warpgroups; ``num_warps`` is then
+        the 4 warps of one consumer, ``block_m`` 64 or 128, ``block_n`` 64 or 128, ``num_stages`` its ring depth.
     """
 
     block_m: int
@@ -59,8 +63,20 @@ class KernelConfig:
     splits: int = 1
     warp_specialize: bool = False
     cartridge_tma: bool = False
+    impl: str = "triton"
 
     def __post_init__(self) -> None:
+        if self.impl not in IMPLS:
+            raise ValueError(f"impl must be one of {IMPLS}: {self}")
+        if self.impl == "gluon" and (
+            self.reqs_per_program != 1 or self.splits != 1 or self.warp_specialize or self.cartridge_tma
+            or self.num_warps != 4 or self.block_m not in (64, 128) or self.block_n not in (64, 128)
+            or self.num_stages < 2
+        ):  # fmt: skip
+            raise ValueError(
+                "the gluon prefill takes one request per program, no split, its own warp specialization and TMA, "
+                f"4 warps per consumer, block_m and block_n 64 or 128 and at least 2 stages: {self}"
+            )
         # Triton would compile any other combination without specializing: the name would claim what did not run.
         if self.warp_specialize and (self.num_warps != 4 or self.reqs_per_program != 1 or self.splits != 1):
             raise ValueError(f"warp_specialize needs 4 warps, one request per program and no split: {self}")
@@ -73,13 +89,23 @@ class KernelConfig:
     @property
     def tag(self) -> str:
         """A short name, e.g. ``m16n128r2w4s3`` (block_m, block_n, reqs_per_program, warps, stages), ``k4``
-        appended for 4 splits, ``tma`` for TMA cartridge loads and ``ws`` for warp specialization."""
+        appended for 4 splits, ``tma`` for TMA cartridge loads, ``ws`` for warp specialization and ``gl`` for the
+        Gluon implementation."""
         split = f"k{self.splits}" if self.splits > 1 else ""
         tma = "tma" if self.cartridge_tma else ""
         ws = "ws" if self.warp_specialize else ""
-        return (
-            f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}{split}{tma}{ws}"
-        )
+        gl = "gl" if self.impl == "gluon" else ""
+        shape = f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}"
+        return f"{shape}{split}{tma}{ws}{gl}"
+
+
+# The prefill implementations; the dispatch uses the Triton one until the Gluon one is qualified on a GPU and measured
+# faster (a wrapper opts in with CartridgeAttention(prefill_impl="gluon")).
+IMPLS: tuple[str, ...] = ("triton", "gluon")
+# SM90's largest shared-memory allocation per CTA (227 KiB), which the Gluon prefill's stage ring must fit.
+SM90_SHARED_BYTES = 232448
+# Barriers and the compiler's layout-conversion scratch on top of the Gluon prefill's buffers (seen: 8,248 bytes).
+GLUON_SHARED_SLACK = 12 * 1024
 
 
 # The inputs at which the default configurations change, named once: the heuristics below read them and
@@ -183,15 +209,32 @@ def prefill_config(
     num_stages: int | None = None,
     warp_specialize: bool = False,
     cartridge_tma: bool = False,
+    impl: str = "triton",
+    cartridge_v_bits: int = 8,
+    live_v_bits: int = 16,
 ) -> KernelConfig:
     """Prefill configuration; the defaults follow the H200 sweep recorded in results/2026-11-29-kernel-h200/.
 
     ``rows`` (total query rows, i.e. query tokens x group) and ``num_kv_heads`` let the default drop to
-    64-row tiles when 128-row tiles would leave most of the 132 SMs idle.
+    64-row tiles when 128-row tiles would leave most of the 132 SMs idle. ``impl="gluon"`` gives the Gluon
+    kernel's configuration (not swept on a GPU yet): 128 x 128 tiles over a 2-stage ring at head_dim 128
+    (3 stages at 64), one consumer warpgroup per 64 rows; 64-key tiles where the V bit widths (cartridge, live)
+    would need more shared memory than SM90 has.
     """
     small_grid = rows is not None and num_kv_heads is not None and (rows // 128) * num_kv_heads < PREFILL_GRID_SMS
     if block_m is None:
         block_m = 64 if small_grid else 128
+    if impl == "gluon":
+        cfg = KernelConfig(
+            block_m=block_m,
+            block_n=block_n if block_n is not None else 128,
+            reqs_per_program=1,
+            num_warps=num_warps if num_warps is not None else 4,
+            num_stages=num_stages if num_stages is not None else (2 if head_dim == 128 else 3),
+            impl="gluon",
+        )
+        too_big = gluon_shared_bytes(cfg, head_dim, cartridge_v_bits, live_v_bits) > SM90_SHARED_BYTES
+        return replace(cfg, block_n=64) if too_big and block_n is None else cfg
     bm = max(block_m, 16, _pow2_at_least(group))
     if block_n is None:
         # Measured on the H200 (head_dim 128): 128x32 tiles, one warpgroup, 4 stages beat larger tiles;
@@ -207,3 +250,14 @@ def prefill_config(
         warp_specialize=warp_specialize,
         cartridge_tma=cartridge_tma,
     )
+
+
+def gluon_shared_bytes(cfg: KernelConfig, head_dim: int, cartridge_v_bits: int, live_v_bits: int) -> int:
+    """Shared memory the Gluon prefill allocates for ``cfg``: Q, the K ring, the cartridge and live V rings (one
+    when their dtypes agree) and an FP16 staging ring when live V is FP8 (else staging reuses the live V ring),
+    plus GLUON_SHARED_SLACK."""
+    ring = cfg.num_stages * cfg.block_n * head_dim
+    live_ring = 0 if live_v_bits == cartridge_v_bits else ring * live_v_bits // 8
+    staging = ring * 2 if live_v_bits == 8 else 0
+    q = cfg.block_m * head_dim * 2
+    return q + ring * 2 + ring * cartridge_v_bits // 8 + live_ring + staging + GLUON_SHARED_SLACK

@@ -19,9 +19,21 @@ from .dispatch import specialization_of
 __all__ = ["compiled_identity", "kernel_identity", "source_sha256"]
 
 
-def source_sha256() -> str:
-    """sha256 of ``_kernel.py``, the file that holds the Triton source."""
-    return hashlib.sha256(Path(_kernel.__file__).read_bytes()).hexdigest()
+# The kernel function and its source file, by implementation (KernelConfig.impl).
+KERNEL_SOURCES: dict[str, tuple[str, str]] = {
+    "triton": ("cartridge_attn_kernel", "_kernel.py"),
+    "gluon": ("cartridge_prefill_ws_kernel", "_gluon_prefill.py"),
+}
+
+
+def source_path(impl: str = "triton") -> Path:
+    """The file that holds implementation ``impl``'s kernel source."""
+    return Path(_kernel.__file__).with_name(KERNEL_SOURCES[impl][1])
+
+
+def source_sha256(impl: str = "triton") -> str:
+    """sha256 of the file that holds implementation ``impl``'s kernel source (``_kernel.py`` for Triton)."""
+    return hashlib.sha256(source_path(impl).read_bytes()).hexdigest()
 
 
 def compiled_identity(compiled: Any) -> dict[str, Any]:
@@ -78,10 +90,13 @@ def kernel_identity(attn: Any | None = None) -> dict[str, Any]:
         :class:`cartridge_attn.dispatch.Specialization` key) and the fields of
         :func:`compiled_identity`.
     """
+    plan = getattr(attn, "_plan", None) if attn is not None else None
+    impl = plan.config.impl if plan is not None else "triton"
+    kernel, source = KERNEL_SOURCES[impl]
     ident: dict[str, Any] = {
-        "kernel": "cartridge_attn_kernel",
-        "source_file": Path(_kernel.__file__).name,
-        "source_sha256": source_sha256(),
+        "kernel": kernel,
+        "source_file": source,
+        "source_sha256": source_sha256(impl),
         "triton_version": triton.__version__,
         "interpreted": _kernel.INTERPRETED,
     }

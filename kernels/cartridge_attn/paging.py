@@ -269,6 +269,12 @@ def build_injection_layout(
         [torch.arange(int(s) + n_cart, int(s) + n_cart + int(n)) for s, n in zip(starts, npages, strict=True)]
     )
     cache[live_dst.to(live_k.device)] = live
+    # Slots past a request's last live token are not part of the problem (a cache may hold anything there, NaN
+    # included): the copy holds zeros, so that the baseline never depends on how a kernel treats them.
+    lens = kv_last_page_len.to(torch.int64).cpu()
+    rows, slots = (torch.arange(page_size)[None, :] >= lens[:, None]).nonzero(as_tuple=True)
+    last_pages = starts + n_cart + npages - 1
+    cache[last_pages[rows].to(live_k.device), :, slots.to(live_k.device)] = 0
     dev = kv_indptr.device
     return InjectionLayout(
         kv_cache=cache,

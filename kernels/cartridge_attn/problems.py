@@ -72,6 +72,32 @@ class AttentionProblem:
     def page_table(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         return self.qo_indptr, self.kv_indptr, self.kv_indices, self.kv_last_page_len
 
+    def poison_free_slots(self) -> None:
+        """NaN in every (page, slot) of the pool that holds no live token of any request, K and V alike.
+
+        A serving cache holds anything there (stale tokens, or never-written memory whose bytes may be NaN); a
+        kernel that reads past a request's end, or a wrong page, then gives NaN instead of a plausible number, and
+        one that loads whole pages (TMA) must keep those slots out of P x V itself, since P = 0 times NaN is NaN.
+        """
+        from .paging import live_lengths
+
+        n_pages, ps = self.live_k.shape[:2]
+        used = torch.zeros(n_pages, ps, dtype=torch.bool)
+        lens = live_lengths(self.kv_indptr.cpu(), self.kv_last_page_len.cpu(), ps).tolist()
+        indptr, indices = self.kv_indptr.cpu().tolist(), self.kv_indices.cpu().tolist()
+        for b, n in enumerate(lens):
+            for j in range(n):
+                used[indices[indptr[b] + j // ps], j % ps] = True
+        free = (~used).nonzero(as_tuple=True)
+        for t in (self.live_k, self.live_v):
+            if t.dtype == torch.float8_e4m3fn:
+                t.view(torch.uint8)[free] = _FP8_NAN_BYTE
+            else:
+                t[free] = float("nan")
+
+
+_FP8_NAN_BYTE = 0x7F  # E4M3FN: S.1111.111 is NaN
+
 
 def _fp8_values(x: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:
     """Stored FP8 values of ``x`` (..., H_kv, D) under a per-head scale: value * scale ~ x."""

@@ -96,14 +96,15 @@ def _kernel_sources(report: dict[str, Any]) -> set[str]:
     return found
 
 
-def classify(report: dict[str, Any], copy: Copy, kernel_file: str = "_kernel.py") -> ChildRun:
+def classify(report: dict[str, Any], copy: Copy) -> ChildRun:
     """The mutant's status from the child's plain report (before timing and exit code are filled in)."""
     items = report.get("items") or []
     counts: dict[str, int] = {}
     for it in items:
         counts[str(it.get("status"))] = counts.get(str(it.get("status")), 0) + 1
-    expected = sha256_file(copy.package / kernel_file)
-    foreign = _kernel_sources(report) - {expected}
+    # Every kernel the report names must be a source file of the copy (the Triton kernel, the Gluon prefill).
+    expected = {sha256_file(p) for p in copy.package.glob("*.py")}
+    foreign = _kernel_sources(report) - expected
     verdict = report.get("verdict")
     if foreign:
         return ChildRun(MutantStatus.BROKEN, verdict, None, 0.0, counts=counts,

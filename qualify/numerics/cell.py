@@ -74,6 +74,9 @@ class KernelNumericsParams(KindParams):
     num_kv_heads: int = Field(default=8, ge=1)
     kv_layout: Literal["separate", "combined"] = "separate"
     fp8_scale: bool = True
+    # NaN in every cache slot no request owns (cartridge_attn.AttentionProblem.poison_free_slots): reading past a
+    # request's end, a wrong page, or a whole-page load whose tail reaches P x V then fails the cell.
+    poison_free_slots: bool = True
     # Weight the positions a kernel most likely gets wrong (both sides of the cartridge/live boundary, and
     # position 0 of a sink cartridge) so that a one-position mistake cannot hide inside the tolerance.
     emphasize_boundary: bool = True
@@ -89,4 +92,8 @@ class KernelNumericsParams(KindParams):
     case: ContractCase | None = None
     envelope: NumericsEnvelope | None = None
     second_oracle: Literal["auto", "flashinfer", "none"] = "auto"
+    # The prefill kernel the wrapper is built with (`CartridgeAttention(prefill_impl=...)`): a second
+    # implementation is qualified by the same cells side by side before the dispatch may choose it. Decode cells
+    # always run the Triton kernel.
+    prefill_impl: Literal["triton", "gluon"] = "triton"
     device: Literal["auto", "cuda", "cpu"] = "auto"

@@ -26,11 +26,12 @@ def kernel_device(p: KernelNumericsParams) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def run_fused(pr: Any) -> tuple[torch.Tensor, Any]:
-    """Plan and launch the fused kernel on problem `pr`; returns (output, the planned wrapper)."""
+def run_fused(pr: Any, prefill_impl: str = "triton") -> tuple[torch.Tensor, Any]:
+    """Plan and launch the fused kernel on problem `pr` with a wrapper whose prefill is `prefill_impl`; returns
+    (output, the planned wrapper)."""
     from cartridge_attn import CartridgeAttention
 
-    attn = CartridgeAttention()
+    attn = CartridgeAttention(prefill_impl=prefill_impl)
     attn.plan(*pr.page_table(), device=pr.q.device, **pr.plan_kwargs())
     return launch(attn, pr), attn
 
@@ -45,9 +46,10 @@ def launch(attn: Any, pr: Any) -> torch.Tensor:
     return out
 
 
-def kernel_inputs() -> list[InputRef]:
-    """The kernel source as a qualified input, so the report's subjects pin what was measured."""
-    import cartridge_attn._kernel as K
-    from cartridge_attn import source_sha256
+def kernel_inputs(impl: str = "triton") -> list[InputRef]:
+    """The source of implementation `impl`'s kernel as a qualified input, so the report's subjects pin what was
+    measured."""
+    from cartridge_attn.identity import source_path, source_sha256
 
-    return [InputRef("cartridge_attn/_kernel.py", K.__file__, source_sha256(), "kernel-source")]
+    path = source_path(impl)
+    return [InputRef(f"cartridge_attn/{path.name}", str(path), source_sha256(impl), "kernel-source")]

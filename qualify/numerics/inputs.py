@@ -70,6 +70,8 @@ def build_problem(p: KernelNumericsParams, device: torch.device, seed: int) -> A
     )
     if p.emphasize_boundary and p.cartridge.length and all(n > 0 for n in live):
         emphasize_boundary(pr, p, seed)
+    if p.poison_free_slots:
+        pr.poison_free_slots()
     return pr
 
 

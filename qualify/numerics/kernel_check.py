@@ -35,13 +35,14 @@ def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -
 
     device = kernel_device(p)
     m = describe_cell(p)
-    outcome = ItemOutcome(measurements=m, inputs=kernel_inputs(), parameters=p.model_dump(mode="json"))
+    impl = p.prefill_impl if p.phase == "prefill" else "triton"
+    outcome = ItemOutcome(measurements=m, inputs=kernel_inputs(impl), parameters=p.model_dump(mode="json"))
     seeds = [cell_seed(ctx.seed, item.gate_file.suite, item.name, r) for r in range(p.repeats)]
 
     violation = contract_violation(p)
     if violation:
         # Outside the contract: the kernel must refuse, whatever the matrix asked for.
-        raised = expect_rejection(lambda: run_fused(build_problem(p, device, seeds[0])))
+        raised = expect_rejection(lambda: run_fused(build_problem(p, device, seeds[0]), p.prefill_impl))
         m.update(contract=True, expected_error=LAYOUT_ERROR, raised=repr(raised), violation=violation)
         outcome.checks.append(rejection_check(f"rejects {violation}", raised))
         m["seeds"] = seeds[:1]
@@ -56,7 +57,7 @@ def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -
     relaunch_diff = 0
     for seed in seeds:
         pr = build_problem(p, device, seed)
-        out, attn = run_fused(pr)
+        out, attn = run_fused(pr, p.prefill_impl)
         # Serving runs one plan for every layer (and CUDA graphs replay it): a second launch of the same plan
         # must write the same output, e.g. split decode must re-arm its arrival counters.
         again = launch(attn, pr)

@@ -113,6 +113,14 @@ KERNEL_SET = ImplementationSet(
             bytes=_SHARED_BF16,
         ),
         Implementation(
+            "fused-k16v8-gluon",
+            "the same K16/V8 prefill by its second implementation, the warp-specialized Gluon kernel (TMA producer "
+            "warp, two consumer warpgroups; prefill only, Triton 3.6)",
+            frozenset({"ttft_proxy_ms"}),
+            builder=f"{_KERNELS}:build_fused_k16v8_gluon",
+            bytes=_SHARED_K16V8,
+        ),
+        Implementation(
             "flashinfer-inject-bf16",
             "ordinary injection: the BF16 cartridge copied into every request's pages, FlashInfer paged decode "
             "and FA3 paged prefill (TTFT includes the copy)",

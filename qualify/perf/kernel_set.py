@@ -7,7 +7,8 @@ Every implementation serves the same problem: a 632-position (by default) cartri
 requests, each with its own paged live suffix, `num_layers` attention layers per step.
 
 * fused-k16v8 / fused-k16v16: `cartridge_attn.CartridgeAttention`, one launch per layer over cartridge +
-  live pages (live pages handed out in a shuffled order, as a pool allocator would).
+  live pages (live pages handed out in a shuffled order, as a pool allocator would); fused-k16v8-gluon: the
+  same with the Gluon prefill (`CartridgeAttention(prefill_impl="gluon")`).
 * flashinfer-inject-bf16 / -fp8: the cartridge copied into each request's first pages
   (`cartridge_attn.build_injection_layout`); FlashInfer's paged decode; for TTFT, the copy of the
   cartridge into the new requests' pages followed by FA3 paged prefill over the suffix.
@@ -147,12 +148,12 @@ def _flashinfer() -> Any:
 
 
 # -- fused ----------------------------------------------------------------------------------------------
-def _fused(spec: CellSpec, *, v_fp8: bool) -> Built:
+def _fused(spec: CellSpec, *, v_fp8: bool, prefill_impl: str = "triton") -> Built:
     import cartridge_attn as ca
 
     s = spec.shape
     pt = page_table(spec, shuffle=True)
-    attn = ca.CartridgeAttention()
+    attn = ca.CartridgeAttention(prefill_impl=prefill_impl)
     attn.plan(
         pt.qo_indptr,
         pt.kv_indptr,
@@ -342,6 +343,10 @@ def _shared_pages(spec: CellSpec) -> Built:
 # The builders `KERNEL_SET` names (qualify.perf.implementations), one per implementation.
 def build_fused_k16v8(spec: CellSpec) -> Built:
     return _fused(spec, v_fp8=True)
+
+
+def build_fused_k16v8_gluon(spec: CellSpec) -> Built:
+    return _fused(spec, v_fp8=True, prefill_impl="gluon")
 
 
 def build_fused_k16v16(spec: CellSpec) -> Built:

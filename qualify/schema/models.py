@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, model_validat
 GATE_FILE_VERSION = 1
 
 # What a gate may require of the host; `qualify list` shows which of these this host has.
-Requirement = Literal["cpu", "cuda", "sm90", "triton", "flashinfer", "vllm", "lm_eval", "ncu"]
+Requirement = Literal["cpu", "cuda", "sm90", "triton", "gluon", "flashinfer", "vllm", "lm_eval", "ncu"]
 
 GATE_ID_PATTERN = r"^[a-z0-9][a-z0-9_.-]*$"
 VARIABLE_NAME_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"

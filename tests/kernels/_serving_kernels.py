@@ -18,7 +18,6 @@ from pathlib import Path
 
 import torch
 from cartridge_attn import AttentionProblem
-from cartridge_attn.paging import live_lengths
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -35,26 +34,9 @@ def randint(gen: torch.Generator, lo: int, hi: int) -> int:
     return int(torch.randint(lo, hi + 1, (), generator=gen))
 
 
-def fill_nan(t: torch.Tensor, index: tuple) -> None:
-    """``t[index] = NaN`` for any float dtype, FP8 E4M3 included (through its bytes)."""
-    if t.dtype == FP8:
-        t.view(torch.uint8)[index] = FP8_NAN_BYTE
-    else:
-        t[index] = float("nan")
-
-
 def poison_unused_slots(pr: AttentionProblem) -> None:
     """NaN in every (page, slot) of the pool that holds no live token of any request (K and V)."""
-    n_pages, ps = pr.live_k.shape[:2]
-    used = torch.zeros(n_pages, ps, dtype=torch.bool)
-    lens = live_lengths(pr.kv_indptr.cpu(), pr.kv_last_page_len.cpu(), ps)
-    indptr, indices = pr.kv_indptr.cpu().tolist(), pr.kv_indices.cpu().tolist()
-    for b, n in enumerate(lens.tolist()):
-        for j in range(n):
-            used[indices[indptr[b] + j // ps], j % ps] = True
-    free = (~used).nonzero(as_tuple=True)
-    fill_nan(pr.live_k, free)
-    fill_nan(pr.live_v, free)
+    pr.poison_free_slots()
 
 
 def run_file_in_fresh_process(test_file: Path, min_passed: int, *pytest_args: str) -> None:

@@ -14,6 +14,7 @@ from qualify.mutation.materialize import apply_edit, materialize, tree_sha256
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = ROOT / "mutation" / "cartridge_attn.yaml"
+GLUON_CATALOG = ROOT / "mutation" / "cartridge_attn_gluon.yaml"
 
 
 def test_the_catalog_covers_what_the_issue_lists_and_every_edit_applies(tmp_path: Path) -> None:
@@ -36,6 +37,20 @@ def test_the_catalog_covers_what_the_issue_lists_and_every_edit_applies(tmp_path
         compile(after, m.file, "exec")  # still Python: a syntax error would be a broken mutant, not a kill
     assert len(digests) == len(mutants), "two mutants produce the same source"
     assert tree_sha256(target) == original, "the original package was modified"
+
+
+def test_the_gluon_catalog_edits_the_gluon_kernel_only_and_every_edit_applies(tmp_path: Path) -> None:
+    # Its gate must be the Gluon gate: run against the Triton gate, every mutant would survive untouched.
+    loaded = load_catalog(GLUON_CATALOG)
+    assert [Path(g).name for g in loaded.catalog.gate] == ["numerics_gluon.yaml"]
+    mutants = loaded.catalog.mutants
+    assert len(mutants) >= 15 and {m.file for m in mutants} == {"_gluon_prefill.py"}
+    assert {"masking", "ragged-ends", "page-table", "packing", "v-scales", "online-softmax"} <= {
+        m.category for m in mutants
+    }
+    target = loaded.root / loaded.catalog.target
+    digests = {materialize(target, tmp_path / m.id, m).tree_sha256 for m in mutants}
+    assert len(digests) == len(mutants), "two mutants produce the same source"
 
 
 def test_the_shipped_kernel_has_no_fault_switch() -> None:

@@ -22,4 +22,8 @@ def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
         issues.append(LintIssue(("kv_layout",), "FlashInfer's combined layout holds K and V in one dtype (bf16)"))
     if params.batch.q_lens and any(q > n for q, n in zip(params.batch.q_lens, params.batch.live_lens, strict=True)):
         issues.append(LintIssue(("batch",), "a request has more queries than live tokens (queries are live tokens)"))
+    if params.prefill_impl != "triton" and (params.phase != "prefill" or params.check != "kernel"):
+        # Decode and contract cells run the Triton kernel whatever the wrapper's prefill is: the cell would claim
+        # to qualify an implementation it never launches.
+        issues.append(LintIssue(("prefill_impl",), f"prefill_impl {params.prefill_impl!r} needs a prefill kernel cell"))
     return issues

@@ -1,0 +1,203 @@
+"""Host side of the Gluon prefill (`_gluon_prefill`): availability, TMA descriptors, launch and offline builds.
+
+The kernel is written against Triton 3.6's Gluon, the Triton that torch 2.11 and vLLM 0.26 install on the GPU
+hosts. Gluon is experimental and its API moves between releases (3.9 renamed the TMA copies and the CTA barrier),
+so another Triton is refused here with the reason, never half-compiled.
+
+`compile_offline` builds the kernel for SM90 without a GPU (Triton's own ptxas), which is how the CPU tests check
+every variant the dispatch can choose: that it compiles, issues wgmma and TMA, specializes its warps and spills
+nothing.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from . import heuristics as H
+from .errors import UnsupportedLayoutError
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["GLUON_TRITON", "compile_offline", "descriptors", "gluon_problem", "launch", "launch_options"]
+
+GLUON_TRITON = "3.6"  # the Triton release (major.minor) whose Gluon the kernel is written in
+# Registers per thread at launch: three warpgroups (two consumers, the producer's) share 64 K registers at 168
+# each, then setmaxnreg moves them to the consumers (240 each, the producer keeps 24); with one consumer, two
+# warpgroups at 128.
+_MAXNREG = {2: 168, 1: 128}
+_CONSUMER_REGISTERS = 240
+
+
+def gluon_problem() -> str | None:
+    """None when this process can build the Gluon prefill, else why not (one line)."""
+    try:
+        import triton
+    except ImportError:
+        return "Triton is not installed"
+    if ".".join(triton.__version__.split(".")[:2]) != GLUON_TRITON:
+        return f"the Gluon prefill is written for Triton {GLUON_TRITON}.x's Gluon; this is Triton {triton.__version__}"
+    try:
+        from . import _gluon_prefill  # noqa: F401
+    except ImportError as exc:  # pragma: no cover - a broken Triton install
+        return f"Triton {triton.__version__} has no usable Gluon for Hopper: {exc}"
+    return None
+
+
+def launch_options(cfg: H.KernelConfig) -> dict[str, int]:
+    """Launch options of a Gluon configuration: one consumer's warps and the launch register count."""
+    return {"num_warps": cfg.num_warps, "maxnreg": _MAXNREG[cfg.block_m // 64]}
+
+
+def _shared_layout(block: list[int], dtype: Any) -> Any:
+    from triton.experimental.gluon import language as gl
+
+    return gl.NVMMASharedLayout.get_default_for(block, dtype)
+
+
+def _gl_dtype(t: torch.Tensor) -> Any:
+    import torch
+    from triton.experimental.gluon import language as gl
+
+    return {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float8_e4m3fn: gl.float8e4nv}[t.dtype]
+
+
+def _check_tma_rows(name: str, t: torch.Tensor, token_dim: int, head_dim: int) -> None:
+    """A tensor whose rows (tokens) are read as boxes of one head: heads adjacent, D contiguous, 16-byte aligned."""
+    if t.stride(-1) != 1 or t.stride(-2) != head_dim:
+        raise UnsupportedLayoutError(f"{name} strides", "(..., D, 1): heads adjacent, for TMA loads", tuple(t.stride()))
+    if t.data_ptr() % 16 or (t.stride(token_dim) * t.element_size()) % 16:
+        raise UnsupportedLayoutError(
+            f"{name} base / token stride", "16-byte aligned (for TMA loads)", (t.data_ptr() % 16, t.stride(token_dim))
+        )
+
+
+def descriptors(
+    cartridge_k: torch.Tensor,
+    cartridge_v: torch.Tensor,
+    live_k: torch.Tensor,
+    live_v: torch.Tensor,
+    block_n: int,
+    page_size: int,
+) -> tuple[Any, Any, Any, Any, int]:
+    """TMA descriptors of cartridge K, V (boxes of ``block_n`` rows of one head over ``(T_c, H_kv * D)``) and of
+    live K, V (boxes of one page of one head), and the rows from one page to the next in the live view.
+
+    The live views are 2-D over token slots, ``(rows, H_kv * D)`` with the token stride: page ``p`` starts at row
+    ``p * page_rows``, which holds for any page stride that is a whole number of token strides (vLLM's split K / V
+    caches and FlashInfer's combined one alike). They never change while the tensors live: the caller keeps them.
+    """
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    t_c, h_kv, d = cartridge_k.shape
+    out: list[Any] = []
+    for name, t in (("cartridge K", cartridge_k), ("cartridge V", cartridge_v)):
+        _check_tma_rows(name, t, 0, d)
+        block = [block_n, d]
+        out.append(TensorDescriptor(t, [t_c, h_kv * d], [t.stride(0), 1], block, _shared_layout(block, _gl_dtype(t))))
+    page_rows = live_k.stride(0) // live_k.stride(1)
+    for name, t in (("live K pages", live_k), ("live V pages", live_v)):
+        _check_tma_rows(name, t, 1, d)
+        if t.stride(0) % t.stride(1) or t.stride(0) // t.stride(1) != page_rows:
+            raise UnsupportedLayoutError(
+                f"{name} page stride", f"a whole number of token strides, the same for K and V ({page_rows})",
+                (t.stride(0), t.stride(1)),
+            )  # fmt: skip
+        rows = (t.shape[0] - 1) * page_rows + page_size
+        # The ring's buffers are [block_n, D]; a page lands in a row slice of one, so it takes the same layout.
+        layout = _shared_layout([block_n, d], _gl_dtype(t))
+        out.append(TensorDescriptor(t, [rows, h_kv * d], [t.stride(1), 1], [page_size, d], layout))
+    return (*out, page_rows)
+
+
+def launch(
+    cfg: H.KernelConfig,
+    grid: tuple[int, int],
+    *,
+    group: int,
+    head_dim: int,
+    page_size: int,
+    causal: bool,
+    cartridge_len: int,
+    qk_scale: float,
+    q: torch.Tensor,
+    out: torch.Tensor,
+    descs: tuple[Any, Any, Any, Any, int],
+    cartridge_v_scale: torch.Tensor,
+    live_v_scale: torch.Tensor,
+    plan_tensors: dict[str, torch.Tensor],
+) -> Any:
+    """One launch of the Gluon prefill (``descs`` from :func:`descriptors`, ``plan_tensors`` a plan's device
+    metadata); returns the compiled kernel."""
+    from ._gluon_prefill import cartridge_prefill_ws_kernel
+
+    ck_desc, cv_desc, lk_desc, lv_desc, page_rows = descs
+    t = plan_tensors
+    return cartridge_prefill_ws_kernel[grid](
+        q, out, ck_desc, cv_desc, lk_desc, lv_desc, cartridge_v_scale, live_v_scale,
+        t["qo_indptr"], t["kv_indptr"], t["kv_indices"], t["kv_len"], t["tile_req"], t["tile_row"],
+        cartridge_len, qk_scale, page_rows, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
+        GROUP=group, HEAD_DIM=head_dim, PAGE=page_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
+        STAGES=cfg.num_stages, CAUSAL=causal, CONSUMER_REGISTERS=_CONSUMER_REGISTERS, **launch_options(cfg),
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------------
+# Offline builds (no GPU): what the CPU tests and `scripts/gluon_build.py` compile.
+# ---------------------------------------------------------------------------------------------------
+_SIG_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8e4nv"}
+
+
+def compile_offline(
+    cfg: H.KernelConfig,
+    *,
+    group: int,
+    head_dim: int,
+    page_size: int,
+    causal: bool = True,
+    q_dtype: str = "bfloat16",
+    cartridge_v_dtype: str = "float8_e4m3fn",
+    live_v_dtype: str = "bfloat16",
+    arch: int = 90,
+    kernel: Any = None,
+) -> Any:
+    """Compile the Gluon prefill for ``sm_<arch>`` (CUDA) without a GPU; returns Triton's CompiledKernel.
+
+    Dtypes are torch names. The signature is what a launch specializes: 32-bit integers and pointers (whose
+    16-byte alignment does not change this kernel's code: its bulk loads are TMA, its pointer loads scalar).
+    ``kernel`` replaces the shipped kernel function (a mutant's, loaded from its copy of the source).
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    from ._gluon_prefill import cartridge_prefill_ws_kernel
+
+    if (problem := gluon_problem()) is not None:
+        raise RuntimeError(problem)
+    gl_types = {"bf16": gl.bfloat16, "fp16": gl.float16, "fp8e4nv": gl.float8e4nv}
+
+    def desc(torch_dtype: str, rows: int) -> str:
+        name = _SIG_DTYPES[torch_dtype]
+        layout = gl.NVMMASharedLayout.get_default_for([cfg.block_n, head_dim], gl_types[name])
+        return f"tensordesc<{name}[{rows}, {head_dim}],{layout!r}>"
+
+    q = _SIG_DTYPES[q_dtype]
+    sig = {
+        "q_ptr": f"*{q}", "o_ptr": f"*{q}",
+        "ck_desc": desc(q_dtype, cfg.block_n), "cv_desc": desc(cartridge_v_dtype, cfg.block_n),
+        "lk_desc": desc(q_dtype, page_size), "lv_desc": desc(live_v_dtype, page_size),
+        "cv_scale_ptr": "*fp32", "lv_scale_ptr": "*fp32",
+        **{name: "*i32" for name in ("qo_indptr_ptr", "kv_indptr_ptr", "kv_indices_ptr", "kv_len_ptr",
+                                     "tile_req_ptr", "tile_row_ptr")},
+        "cart_len": "i32", "qk_scale": "fp32", "page_rows": "i32",
+        **{name: "i32" for name in ("stride_qt", "stride_qh", "stride_ot", "stride_oh")},
+    }  # fmt: skip
+    constexprs = {
+        "GROUP": group, "HEAD_DIM": head_dim, "PAGE": page_size, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
+        "STAGES": cfg.num_stages, "CAUSAL": causal, "CONSUMER_REGISTERS": _CONSUMER_REGISTERS,
+    }  # fmt: skip
+    sig.update(dict.fromkeys(constexprs, "constexpr"))
+    src = GluonASTSource(kernel or cartridge_prefill_ws_kernel, sig, constexprs=constexprs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 128), options=launch_options(cfg))

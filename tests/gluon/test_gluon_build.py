@@ -1,0 +1,127 @@
+"""The Gluon prefill built for SM90 on a CPU host (Triton's own ptxas, no GPU): every configuration the wrapper can
+launch compiles, with the instructions and resources its design rests on, and every mutant of its catalog still
+compiles (so that on a GPU each is caught or survives, never merely broken).
+
+The kernel is written in Triton 3.6's Gluon (the GPU image's Triton); `nox -s gluon` runs this file in a venv with
+that release. The suite's own venv has a newer Triton and skips here with the reason.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import subprocess
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from cartridge_attn import heuristics as H
+from cartridge_attn.gluon_host import compile_offline, gluon_problem
+
+from qualify.mutation.catalog import load_catalog
+from qualify.mutation.materialize import materialize
+
+ROOT = Path(__file__).resolve().parents[2]
+GLUON_CATALOG = ROOT / "mutation" / "cartridge_attn_gluon.yaml"
+
+if (_problem := gluon_problem()) is not None:
+    pytest.skip(_problem, allow_module_level=True)
+
+import triton  # noqa: E402  (after the skip: only a Triton 3.6 venv gets here)
+
+BITS = {"bfloat16": 16, "float16": 16, "float8_e4m3fn": 8}
+PTX_TYPE = {"bfloat16": "bf16", "float16": "f16"}
+K16V8 = ("bfloat16", "float8_e4m3fn", "bfloat16")  # (q, cartridge V, live V)
+K16V8_LIVE8 = ("bfloat16", "float8_e4m3fn", "float8_e4m3fn")
+K16V16 = ("bfloat16", "bfloat16", "bfloat16")
+FP16 = ("float16", "float16", "float8_e4m3fn")
+
+# (block_m, head_dim, group, page, causal, dtypes): both consumer counts, both head dims and page sizes, GQA groups
+# that are not powers of two, every V dtype pairing the dispatch serves and fp16 queries.
+VARIANTS = [
+    (128, 128, 4, 8, True, K16V8), (128, 128, 4, 16, True, K16V8_LIVE8), (128, 128, 4, 8, False, K16V16),
+    (64, 128, 4, 8, True, K16V8), (64, 128, 4, 16, True, K16V8_LIVE8), (128, 64, 4, 8, True, K16V8),
+    (64, 64, 5, 16, True, K16V8_LIVE8), (128, 128, 3, 8, True, K16V8), (128, 128, 16, 16, False, FP16),
+    (128, 64, 1, 8, True, K16V16),
+]  # fmt: skip
+
+
+def _ids(v: tuple) -> str:
+    bm, d, g, page, causal, (q, cv, lv) = v
+    name = {"bfloat16": "bf16", "float16": "fp16"}[q]
+    return f"m{bm}-d{d}-g{g}-p{page}-{'causal' if causal else 'full'}-{name}-cv{BITS[cv]}-lv{BITS[lv]}"
+
+
+def _local_bytes(cubin: bytes, tmp: Path) -> int:
+    """Local (spill) memory per thread from the cubin's resource usage (Triton's cuobjdump)."""
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    path = tmp / "k.cubin"
+    path.write_bytes(cubin)
+    out = subprocess.run([str(tool), "--dump-resource-usage", str(path)], capture_output=True, text=True, check=True)
+    found = re.search(r"LOCAL:(\d+)", out.stdout)
+    assert found, out.stdout
+    return int(found.group(1))
+
+
+def _build(v: tuple, kernel: Any = None) -> tuple[H.KernelConfig, Any]:
+    bm, d, g, page, causal, (q, cv, lv) = v
+    cfg = H.prefill_config(g, d, block_m=bm, impl="gluon", cartridge_v_bits=BITS[cv], live_v_bits=BITS[lv])
+    built = compile_offline(cfg, group=g, head_dim=d, page_size=page, causal=causal, q_dtype=q,
+                            cartridge_v_dtype=cv, live_v_dtype=lv, kernel=kernel)  # fmt: skip
+    return cfg, built
+
+
+@pytest.mark.parametrize("variant", VARIANTS, ids=_ids)
+def test_builds_with_tma_wgmma_and_specialized_warps(variant: tuple, tmp_path: Path) -> None:
+    bm, d, _, _, _, (q, cv, lv) = variant
+    cfg, built = _build(variant)
+    ptx = built.asm["ptx"]
+    assert built.metadata.target.arch == 90
+    # The shared-memory estimate the plan refuses by is an upper bound, and a tight one.
+    need = H.gluon_shared_bytes(cfg, d, BITS[cv], BITS[lv])
+    assert built.metadata.shared <= need <= built.metadata.shared + H.GLUON_SHARED_SLACK
+    assert need <= H.SM90_SHARED_BYTES
+    # QK^T: one wgmma of N = block_n per warpgroup (the Triton kernel's registers allowed N = 32 only).
+    assert f"wgmma.mma_async.sync.aligned.m64n{cfg.block_n}k16.f32.{PTX_TYPE[q]}.{PTX_TYPE[q]}" in ptx
+    # PV: FP8 values are staged as FP16 (and P with them); 16-bit values feed the wgmma as loaded.
+    pv_types = {"f16" if BITS[v] == 8 else PTX_TYPE[q] for v in (cv, lv)}
+    for t in pv_types:
+        assert f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{t}.{t}" in ptx, t
+    assert ("cvt.rn.f16x2.e4m3x2" in ptx) == (8 in (BITS[cv], BITS[lv]))
+    # Every K / V byte arrives by TMA, completing on mbarriers; the producer gives up its registers.
+    assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
+    assert "mbarrier.try_wait.parity" in ptx
+    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)
+    if bm == 128:  # two consumer warpgroups, each raised to 240 registers
+        assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+240;", ptx)
+    assert _local_bytes(built.asm["cubin"], tmp_path) == 0, "registers spill to local memory"
+
+
+def test_a_ring_over_shared_memory_is_refused_by_the_estimate() -> None:
+    # 16-bit cartridge values with FP8 live ones keep three V rings: 128 x 128 x 2 stages exceed SM90, so the
+    # default drops to 64-key tiles; the refused configuration really is over the limit once compiled.
+    big = H.prefill_config(4, 128, block_n=128, impl="gluon", cartridge_v_bits=16, live_v_bits=8)
+    assert H.gluon_shared_bytes(big, 128, 16, 8) > H.SM90_SHARED_BYTES
+    assert H.prefill_config(4, 128, impl="gluon", cartridge_v_bits=16, live_v_bits=8).block_n == 64
+    built = compile_offline(big, group=4, head_dim=128, page_size=8, cartridge_v_dtype="bfloat16",
+                            live_v_dtype="float8_e4m3fn")  # fmt: skip
+    assert built.metadata.shared > H.SM90_SHARED_BYTES
+
+
+def _load(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_mutant_of_the_gluon_catalog_still_builds(tmp_path: Path) -> None:
+    loaded = load_catalog(GLUON_CATALOG)
+    target = loaded.root / loaded.catalog.target
+    for i, m in enumerate(loaded.catalog.mutants):
+        copy = materialize(target, tmp_path / m.id, m)
+        kernel = _load(copy.package / m.file, f"_gluon_mutant_{i}").cartridge_prefill_ws_kernel
+        for variant in (VARIANTS[0], VARIANTS[1]):  # BF16 and FP8 live values: every edited line is traced
+            _build(variant, kernel)

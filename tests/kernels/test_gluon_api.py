@@ -1,0 +1,81 @@
+"""The Gluon prefill's place in the API on a CPU host: who may ask for it, what a plan refuses, and what the
+numerics gate and the reports name. Its compiled form is tested by tests/gluon (offline SM90 builds) and
+test_gluon_prefill_gpu.py (an SM90 GPU)."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+
+import pytest
+import torch
+from cartridge_attn import CartridgeAttention, UnsupportedLayoutError, prefill_config, random_problem
+from cartridge_attn import heuristics as H
+from cartridge_attn.identity import source_path, source_sha256
+
+from qualify.kinds.kernel_numerics.params import lint
+from qualify.numerics.cell import KernelNumericsParams
+from qualify.numerics.dispatch_view import describe_cell
+from qualify.numerics.fused import kernel_inputs
+
+QWEN = {"num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128, "page_size": 8, "cartridge_len": 632}
+
+
+def test_a_wrapper_names_its_prefill_and_nothing_else() -> None:
+    assert CartridgeAttention().prefill_impl == "triton"
+    assert CartridgeAttention(prefill_impl="gluon").prefill_impl == "gluon"
+    with pytest.raises(UnsupportedLayoutError, match="prefill_impl"):
+        CartridgeAttention(prefill_impl="cutlass")
+
+
+def test_configurations_say_what_they_are() -> None:
+    cfg = prefill_config(4, 128, impl="gluon")
+    assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.impl) == (128, 128, 4, 2, "gluon")
+    assert cfg.tag == "m128n128r1w4s2gl" and not prefill_config(4, 128).tag.endswith("gl")
+    assert prefill_config(4, 64, impl="gluon").num_stages == 3
+    # Small grids take one consumer warpgroup, as the Triton prefill takes 64-row tiles.
+    assert prefill_config(4, 128, rows=64 * 4, num_kv_heads=8, impl="gluon").block_m == 64
+    for bad in ({"num_warps": 8}, {"block_n": 32}, {"num_stages": 1}, {"splits": 2}, {"cartridge_tma": True}):
+        with pytest.raises(ValueError, match="gluon prefill"):
+            dataclasses.replace(cfg, **bad)
+    with pytest.raises(ValueError, match="impl must be one of"):
+        dataclasses.replace(cfg, impl="cuda")
+
+
+def test_plan_refuses_decode_an_oversized_ring_and_a_host_without_sm90(kernel_device: torch.device) -> None:
+    pr = random_problem([1, 1], [9, 30], device=kernel_device, **QWEN)
+    with pytest.raises(UnsupportedLayoutError, match="prefill only"):
+        CartridgeAttention().plan(*pr.page_table(), mode="decode", config=prefill_config(4, 128, impl="gluon"),
+                                  device=kernel_device, **pr.plan_kwargs())  # fmt: skip
+    pr = random_problem([5, 3], [9, 30], cartridge_v_dtype=torch.bfloat16, live_v_dtype=torch.float8_e4m3fn,
+                        device=kernel_device, **QWEN)  # fmt: skip
+    big = prefill_config(4, 128, block_n=128, impl="gluon", cartridge_v_bits=16, live_v_bits=8)
+    with pytest.raises(UnsupportedLayoutError, match=r"shared memory.*fewer stages or block_n 64"):
+        CartridgeAttention().plan(*pr.page_table(), config=big, device=kernel_device, **pr.plan_kwargs())
+    # The default for these dtypes fits (64-key tiles); this host then has no SM90 to run it on.
+    with pytest.raises(UnsupportedLayoutError, match=r"Gluon has no interpreter|Triton 3\.6"):
+        CartridgeAttention(prefill_impl="gluon").plan(*pr.page_table(), device=kernel_device, **pr.plan_kwargs())
+
+
+def test_the_numerics_gate_qualifies_what_the_cell_names() -> None:
+    cell = {"phase": "prefill", "cartridge": {"id": "c632", "length": 632},
+            "batch": {"id": "b", "q_lens": [512, 512], "live_lens": [512, 512]}}  # fmt: skip
+    gluon = KernelNumericsParams.model_validate({**cell, "prefill_impl": "gluon"})
+    assert "m128n128r1w4s2gl" in describe_cell(gluon) and "gl " not in describe_cell(
+        KernelNumericsParams.model_validate(cell)
+    )
+    assert lint(gluon, None) == []
+    decode = KernelNumericsParams.model_validate({**cell, "phase": "decode", "prefill_impl": "gluon"})
+    assert [i.field for i in lint(decode, None)] == [("prefill_impl",)]
+    (ref,) = kernel_inputs("gluon")
+    assert ref.name == "cartridge_attn/_gluon_prefill.py"
+    assert source_sha256("gluon") == hashlib.sha256(source_path("gluon").read_bytes()).hexdigest()
+    assert source_sha256("gluon") != source_sha256("triton")
+
+
+def test_the_shared_memory_estimate_grows_with_every_buffer() -> None:
+    cfg = prefill_config(4, 128, impl="gluon")
+    base = H.gluon_shared_bytes(cfg, 128, 8, 16)
+    assert H.gluon_shared_bytes(cfg, 128, 16, 16) < base  # one V ring when the dtypes agree
+    assert H.gluon_shared_bytes(dataclasses.replace(cfg, num_stages=3), 128, 8, 16) > base
+    assert H.gluon_shared_bytes(cfg, 64, 8, 16) < base

@@ -1,0 +1,99 @@
+"""The Gluon prefill (`cartridge_attn._gluon_prefill`) on an SM90 GPU against the fp32 reference.
+
+Fresh random inputs, a NaN-poisoned output (_cartridge_attn_check.run_fused) and, where it matters, NaN in every
+cache slot no request owns: the kernel loads whole pages with TMA, so the slots past a request's end reach shared
+memory and must be zeroed there, not multiplied by P = 0.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from _cartridge_attn_check import assert_matches, run_fused
+from _serving_kernels import poison_unused_slots
+from cartridge_attn import CartridgeAttention, kernel_identity, prefill_config, random_problem
+from cartridge_attn.gluon_host import gluon_problem
+
+pytestmark = pytest.mark.gpu
+CUDA = torch.device("cuda")
+V8, BF16, FP16 = torch.float8_e4m3fn, torch.bfloat16, torch.float16
+
+
+@pytest.fixture(autouse=True)
+def _sm90_with_gluon() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"the Gluon prefill is written for SM90; this GPU is {torch.cuda.get_device_capability()}")
+    if (problem := gluon_problem()) is not None:
+        pytest.skip(problem)
+
+
+def _qwen(page_size: int = 8, head_dim: int = 128, cartridge_len: int = 632, group: int = 4) -> dict:
+    return {"num_qo_heads": 8 * group, "num_kv_heads": 8, "head_dim": head_dim, "page_size": page_size,
+            "cartridge_len": cartridge_len}  # fmt: skip
+
+
+@pytest.mark.parametrize("block_m", [128, 64])
+@pytest.mark.parametrize("page_size", [8, 16])
+@pytest.mark.parametrize(
+    ("cart_v", "live_v"), [(V8, BF16), (V8, V8), (BF16, BF16)], ids=["k16v8", "k16v8-live8", "k16v16"]
+)
+def test_matches_reference_with_poisoned_free_slots(
+    block_m: int, page_size: int, cart_v: torch.dtype, live_v: torch.dtype
+) -> None:
+    # Ragged ends everywhere: a cartridge that is not a multiple of 128, suffixes ending mid-page and mid-tile,
+    # one request of one query, one whose queries span several 128-row tiles.
+    cart = 632 if page_size == 8 else 640
+    pr = random_problem([1, 17, 130, 64], [40, 17, 203, 64], cartridge_v_dtype=cart_v, live_v_dtype=live_v,
+                        device=CUDA, **_qwen(page_size, cartridge_len=cart))  # fmt: skip
+    poison_unused_slots(pr)
+    cfg = prefill_config(4, 128, block_m=block_m, impl="gluon")
+    o = run_fused(pr, config=cfg)
+    assert o.attn.plan_info.config.impl == "gluon"
+    assert_matches(o)
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "noncausal"])
+@pytest.mark.parametrize(("head_dim", "group"), [(128, 4), (64, 4), (128, 3), (64, 5), (128, 1), (128, 16)])
+def test_shapes_and_groups(head_dim: int, group: int, causal: bool) -> None:
+    pr = random_problem([33, 1, 70], [33, 9, 150], device=CUDA, **_qwen(head_dim=head_dim, group=group))
+    poison_unused_slots(pr)
+    assert_matches(run_fused(pr, config=prefill_config(group, head_dim, impl="gluon"), causal=causal))
+
+
+def test_fp16_queries_fp8_live_values_and_the_combined_layout() -> None:
+    pr = random_problem([3, 40], [50, 40], dtype=FP16, cartridge_v_dtype=FP16, live_v_dtype=V8, device=CUDA, **_qwen())
+    poison_unused_slots(pr)
+    # 16-bit cartridge values beside FP8 live ones keep three V rings: 64-key tiles, so that they fit.
+    cfg = prefill_config(4, 128, impl="gluon", cartridge_v_bits=16, live_v_bits=8)
+    assert cfg.block_n == 64
+    assert_matches(run_fused(pr, config=cfg))
+    pr = random_problem([3, 40], [17, 40], combined=True, device=CUDA, **_qwen(page_size=16, cartridge_len=640))
+    poison_unused_slots(pr)
+    assert_matches(run_fused(pr, config=prefill_config(4, 128, impl="gluon")))
+
+
+def test_long_suffixes_repeat_bitwise_and_agree_with_the_triton_kernel() -> None:
+    pr = random_problem([512] * 4, [512] * 4, device=CUDA, **_qwen())
+    first = run_fused(pr, config=prefill_config(4, 128, impl="gluon"))
+    again = run_fused(pr, config=prefill_config(4, 128, impl="gluon"))
+    triton = run_fused(pr)
+    assert_matches(first)
+    assert torch.equal(first.out, again.out), "two launches on the same inputs differ: a race between partitions"
+    assert triton.attn.plan_info.config.impl == "triton"
+    torch.testing.assert_close(first.out.float(), triton.out.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_wrapper_default_and_identity() -> None:
+    pr = random_problem([130, 7], [200, 7], device=CUDA, **_qwen())
+    attn = CartridgeAttention(prefill_impl="gluon")
+    plan = attn.plan(*pr.page_table(), device=CUDA, **pr.plan_kwargs())
+    assert plan.config.impl == "gluon" and plan.config.tag.endswith("gl")
+    out = torch.full_like(pr.q, float("nan"))
+    attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, out=out, **pr.run_kwargs())
+    torch.cuda.synchronize()
+    assert not torch.isnan(out).any()
+    ident = kernel_identity(attn)
+    assert ident["kernel"] == "cartridge_prefill_ws_kernel" and ident["source_file"] == "_gluon_prefill.py"
+    assert ident["config"]["impl"] == "gluon" and ident["spills"] == 0 and ident["shared_bytes"] > 0
