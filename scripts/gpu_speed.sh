@@ -20,9 +20,12 @@
 #        .vllm/setup.sh; .gpu set up and vLLM parts 1-2 staged by earlier calls) stages vLLM part 3;
 #        gates/perf.yaml's FA3 shared-page item with Nsight Compute counters of both sides, beside the numerics
 #        envelope cells of its shape, in one signed run
-#   bash scripts/gpu_speed.sh gluon              (carry .gpu) the Gluon prefill (issue 17 item 2): its offline builds
-#        (tests/gluon), its GPU tests, then gates/gpu/numerics_gluon.yaml (signed) and `qualify mutants
-#        mutation/cartridge_attn_gluon.yaml` (signed) side by side; the gate and mutants only if the tests pass
+#   bash scripts/gpu_speed.sh gluon              (carry .gpu) the Gluon prefill (issue 17 item 2): one launch per
+#        smoke variant (scripts/gluon_smoke.py, each under a timeout), with GLUON_TESTS=1 its offline builds and GPU
+#        tests, then gates/gpu/numerics_gluon.yaml with the Triton kernel's padding-key cells (signed) and `qualify
+#        mutants mutation/cartridge_attn_gluon.yaml` (signed) side by side, only if everything before passed
+#   bash scripts/gpu_speed.sh gluon-bench COMMIT (carry .gpu) prefill per layer of the Triton and Gluon kernels
+#        beside FlashInfer's FA3 over shared pages (bench_attention.py, L2 cold, CUDA graphs)
 #   bash scripts/gpu_speed.sh gluon-perf         (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
 #        .vllm/setup.sh; .gpu set up and vLLM parts 1-2 staged by earlier calls) stages vLLM part 3;
 #        gates/gpu/perf_gluon.yaml (against FA3 over shared pages and the Triton prefill) with the Gluon numerics
@@ -31,7 +34,7 @@
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-step=${1:?usage: gpu_speed.sh sweep|shapes COMMIT, or qualify|targets|prefill|counters|gluon|gluon-perf}
+step=${1:?usage: gpu_speed.sh sweep|shapes|gluon-bench COMMIT, or qualify|targets|prefill|counters|gluon|gluon-perf}
 commit=${2:-unknown}
 WORK=/tmp/speed-work
 mkdir -p "$WORK"
@@ -134,19 +137,26 @@ gluon)
     source .gpu/setup.sh >/dev/null 2>&1
     install; keys
     gpu
-    log "Gluon prefill: offline SM90 builds and GPU tests"
-    timeout 200 python3 -m pytest tests/gluon tests/kernels/test_gluon_prefill_gpu.py -q -rs -n 8 -p no:cacheprovider \
-      >"$OUT/gluon-tests.log" 2>&1
-    tests=$?
-    echo "pytest exit $tests"
-    grep -E "passed|failed|^FAILED|^ERROR|^E " "$OUT/gluon-tests.log" | tail -n 30
-    if [ "$tests" -eq 0 ]; then
+    log "Gluon prefill: one launch per smoke variant, each under a timeout (a hang costs one variant)"
+    bad=0
+    for v in $(python3 scripts/gluon_smoke.py --list); do
+      timeout 75 python3 scripts/gluon_smoke.py --variant "$v" >"$WORK/smoke-$v.log" 2>&1 || bad=1
+      tail -n 1 "$WORK/smoke-$v.log" | cut -c1-220
+    done
+    if [ "${GLUON_TESTS:-0}" = 1 ]; then
+      log "offline builds and GPU tests"
+      timeout 220 python3 -m pytest tests/gluon tests/kernels/test_gluon_prefill_gpu.py -q -rs -n 8 \
+        -p no:cacheprovider >"$OUT/gluon-tests.log" 2>&1 || bad=1
+      grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gluon-tests.log" | tail -n 20
+    fi
+    if [ "$bad" -eq 0 ]; then
       rm -rf "$WORK/gluon-numerics" "$WORK/gluon-mutation"
-      log "Gluon numerics gate and mutants, side by side"
+      log "Gluon numerics gate (+ the Triton kernel's padding-key cells) and mutants, side by side"
       SECONDS=0
       (timeout 380 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
-        gates/gpu/numerics_gluon.yaml --out "$WORK/gluon-numerics" --name numerics-gluon-h200 \
-        --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/gluon-numerics.log" 2>&1
+        gates/gpu/numerics_gluon.yaml gates/kernel_numerics.yaml -k "gluon or numerics-padding-keys" \
+        --out "$WORK/gluon-numerics" --name numerics-gluon-h200 --sign-key "$WORK/keys/signing-key.pem" \
+        --non-release -- -q >"$WORK/gluon-numerics.log" 2>&1
         echo "numerics exit $? after ${SECONDS} s" >>"$WORK/gluon-numerics.log") &
       numerics=$!
       timeout 380 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants \
@@ -154,12 +164,25 @@ gluon)
         --name mutation-gluon-h200 --sign-key "$WORK/keys/signing-key.pem" >"$WORK/gluon-mutants.log" 2>&1
       echo "mutants exit $? after ${SECONDS} s" >>"$WORK/gluon-mutants.log"
       wait "$numerics"
-      tail -n 25 "$WORK/gluon-numerics.log"
-      tail -n 8 "$WORK/gluon-mutants.log"
+      grep -E "^  [a-z]|VERDICT|passed|failed" "$WORK/gluon-numerics.log" | tail -n 20
+      grep -E "survived|broken|inconclusive|verdict" "$WORK/gluon-mutants.log" | tail -n 6
     fi
   } 2>&1 | tee "$OUT/step.log"
   tar -C "$WORK" -czf "$OUT/gluon.tar.gz" gluon-numerics gluon-numerics.log gluon-mutation gluon-mutants.log \
-    keys/signing-key.pub.pem 2>/dev/null
+    keys/signing-key.pub.pem $(cd "$WORK" && ls smoke-*.log) 2>/dev/null
+  ;;
+gluon-bench)
+  {
+    source .gpu/setup.sh >/dev/null 2>&1
+    gpu
+    log "prefill per layer: Triton and Gluon fused K16/V8 beside FlashInfer (FA3) over shared pages"
+    timeout 200 python3 scripts/bench_attention.py --out "$WORK/gluon-bench" --commit "$commit" --only prefill \
+      --implementations fused-k16v8 fused-k16v8-gluon flashinfer-shared-pages-bf16 --repetitions 20 \
+      >"$OUT/gluon-bench.log" 2>&1
+    echo "bench exit $?"
+    grep "|" "$OUT/gluon-bench.log" | tail -n 10
+  } 2>&1 | tee "$OUT/bench-step.log"
+  cp "$WORK/gluon-bench/"*.json "$OUT/" 2>/dev/null
   ;;
 gluon-perf)
   signed_gate_run gluon-perf gluon-perf-h200 "${GLUON_PERF_TIMEOUT:-540}" \

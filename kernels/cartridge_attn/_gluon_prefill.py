@@ -154,6 +154,22 @@ def _stage_v(
 
 
 @gluon.jit
+def _await_turn(turn, parity, wg: gl.constexpr, CONSUMERS: gl.constexpr):
+    """Ping-pong between the two consumers: they take turns issuing wgmmas (QK^T of a tile, then PV), so that
+    one's softmax runs while the other's matrix work does. Left alone, both would wait on the same stage and run in
+    lockstep, softmax beside softmax with the tensor cores idle. The turns strictly alternate, so a barrier is at
+    most one phase ahead of its waiter and each wait's parity is a constant: 1 - wg before QK^T, wg before PV."""
+    if CONSUMERS == 2:
+        mbarrier.wait(turn.index(wg), parity)
+
+
+@gluon.jit
+def _pass_turn(turn, wg: gl.constexpr, CONSUMERS: gl.constexpr):
+    if CONSUMERS == 2:
+        mbarrier.arrive(turn.index(1 - wg), count=1)
+
+
+@gluon.jit
 def _tile(
     i,
     conv_n,
@@ -179,11 +195,12 @@ def _tile(
     HEAD_DIM: gl.constexpr,
     STAGES: gl.constexpr,
 ):
-    ready, empty, conv = bars
+    ready, empty, conv, turn = bars
     s_layout: gl.constexpr = _score_layout(BLOCK_N)
     o_layout: gl.constexpr = _out_layout(HEAD_DIM)
     s = i % STAGES
     mbarrier.wait(ready.index(s), (i // STAGES) & 1)
+    _await_turn(turn, 1 - wg, wg, CONSUMERS)
     scores = warpgroup_mma(
         q_smem,
         k_ring.index(s).permute((1, 0)),
@@ -191,6 +208,7 @@ def _tile(
         use_acc=False,
         is_async=True,
     )
+    _pass_turn(turn, wg, CONSUMERS)
     # V staging overlaps the QK^T wgmma.
     if STAGE == 1:
         conv_n = _stage_v(v_ring.index(s), st_ring.index(s), conv, conv_n, first_pos, valid_end,
@@ -216,7 +234,9 @@ def _tile(
     if SCALE_P:
         p = p * v_scale
     p_op = gl.convert_layout(p.to(v.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    _await_turn(turn, wg, wg, CONSUMERS)
     acc = warpgroup_mma(p_op, v, acc, is_async=True)
+    _pass_turn(turn, wg, CONSUMERS)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     # Both wgmmas of this warpgroup are done with the stage: release it (one arrival per consumer).
     gl.thread_barrier()
@@ -394,11 +414,13 @@ def cartridge_prefill_ws_kernel(
     ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     conv = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(ready.index(s), count=1)
         mbarrier.init(empty.index(s), count=CONSUMERS)
     for c in gl.static_range(2):
         mbarrier.init(conv.index(c), count=CONSUMERS)
+        mbarrier.init(turn.index(c), count=1)
 
     # Bytes a stage's "ready" barrier expects: a cartridge tile, or BLOCK_N // PAGE pages of K and V.
     CART_BITS: gl.constexpr = ck_desc.dtype.primitive_bitwidth + cv_desc.dtype.primitive_bitwidth
@@ -406,7 +428,7 @@ def cartridge_prefill_ws_kernel(
     CART_BYTES: gl.constexpr = BLOCK_N * HEAD_DIM * CART_BITS // 8
     LIVE_BYTES: gl.constexpr = BLOCK_N * HEAD_DIM * LIVE_BITS // 8
     rings = (k_ring, cv_ring, lv_ring, st_ring)
-    bars = (ready, empty, conv)
+    bars = (ready, empty, conv, turn)
     io = (q_ptr, o_ptr, cv_scale_ptr, lv_scale_ptr)
     tile = (rows0, q_start, q_len, kv_len, cart_len, n_live, kvh, qk_scale)
     strides = (stride_qt, stride_qh, stride_ot, stride_oh)

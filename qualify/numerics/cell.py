@@ -77,6 +77,10 @@ class KernelNumericsParams(KindParams):
     # NaN in every cache slot no request owns (cartridge_attn.AttentionProblem.poison_free_slots): reading past a
     # request's end, a wrong page, or a whole-page load whose tail reaches P x V then fails the cell.
     poison_free_slots: bool = True
+    # Shift every real key's logit by this many nats (<= 0). A key that is not part of the problem, such as a
+    # zero-filled pad past the cartridge's end, keeps its logit of 0: at -30 it outweighs every real key and moves
+    # the output to ~0, where with ordinary logits it would hide at ~1/n inside the tolerance.
+    negative_logits: float = Field(default=0.0, le=0.0, ge=-60.0)
     # Weight the positions a kernel most likely gets wrong (both sides of the cartridge/live boundary, and
     # position 0 of a sink cartridge) so that a one-position mistake cannot hide inside the tolerance.
     emphasize_boundary: bool = True

@@ -70,6 +70,8 @@ def build_problem(p: KernelNumericsParams, device: torch.device, seed: int) -> A
     )
     if p.emphasize_boundary and p.cartridge.length and all(n > 0 for n in live):
         emphasize_boundary(pr, p, seed)
+    if p.negative_logits:
+        shift_logits(pr, seed, p.negative_logits)
     if p.poison_free_slots:
         pr.poison_free_slots()
     return pr
@@ -100,6 +102,32 @@ def boost_keys(pr: Any, seed: int, targets: list[tuple[str, int]], logit: float)
         for b in range(len(indptr) - 1):
             page = int(pr.kv_indices[indptr[b] + pos // ps])
             pr.live_k[page, pos % ps] = key
+
+
+def shift_logits(pr: Any, seed: int, shift: float) -> None:
+    """Add `shift` nats to the logit of every real key (cartridge and live), for every query of its KV head.
+
+    The queries of KV head h gain sqrt(D) * u_h along a unit direction u_h and every key gains shift * u_h, so
+    each score moves by `shift` plus a per-row constant and O(1) noise: the softmax over real keys barely changes,
+    while a key outside the problem (a zero pad, logit 0) would take almost all the weight.
+    """
+    gen = torch.Generator(device=pr.q.device)
+    gen.manual_seed(seed + 11)
+    h_q, d = pr.q.shape[1], pr.q.shape[2]
+    h_kv = pr.cartridge_k.shape[1]
+    u = torch.randn(h_kv, d, generator=gen, device=pr.q.device)
+    u = u / u.norm(dim=-1, keepdim=True)
+    pr.q.add_((u * math.sqrt(d)).repeat_interleave(h_q // h_kv, dim=0).to(pr.q.dtype))
+    pr.cartridge_k.add_((shift * u).to(pr.cartridge_k.dtype))
+    from cartridge_attn.paging import live_lengths
+
+    ps = pr.page_size
+    lens = live_lengths(pr.kv_indptr.cpu(), pr.kv_last_page_len.cpu(), ps).tolist()
+    indptr, indices = pr.kv_indptr.tolist(), pr.kv_indices.tolist()
+    slots = [(indices[indptr[b] + j // ps], j % ps) for b, n in enumerate(lens) for j in range(n)]
+    pages = torch.tensor([pg for pg, _ in slots], device=pr.live_k.device)
+    within = torch.tensor([sl for _, sl in slots], device=pr.live_k.device)
+    pr.live_k[pages, within] += (shift * u).to(pr.live_k.dtype)
 
 
 def emphasize_boundary(pr: Any, p: KernelNumericsParams, seed: int) -> None:
