@@ -24,6 +24,9 @@
 #        smoke variant (scripts/gluon_smoke.py, each under a timeout), with GLUON_TESTS=1 its offline builds and GPU
 #        tests, then gates/gpu/numerics_gluon.yaml with the Triton kernel's padding-key cells (signed) and `qualify
 #        mutants mutation/cartridge_attn_gluon.yaml` (signed) side by side, only if everything before passed
+#   bash scripts/gpu_speed.sh verdicts           (carry .gpu) gates/kernel_numerics.yaml, gates/gpu/numerics_gluon.yaml
+#        and the Triton kernel's mutants (`qualify mutants`), all signed, side by side: after a change to the
+#        numerics inputs or to either kernel, the shipped kernel's and the candidate's verdicts again
 #   bash scripts/gpu_speed.sh gluon-bench COMMIT (carry .gpu) prefill per layer of the Triton and Gluon kernels
 #        beside FlashInfer's FA3 over shared pages (bench_attention.py, L2 cold, CUDA graphs)
 #   bash scripts/gpu_speed.sh gluon-perf         (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
@@ -34,7 +37,7 @@
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-step=${1:?usage: gpu_speed.sh sweep|shapes|gluon-bench COMMIT, or qualify|targets|prefill|counters|gluon|gluon-perf}
+step=${1:?usage: gpu_speed.sh sweep|shapes|gluon-bench COMMIT, or qualify|targets|prefill|counters|gluon|gluon-perf|verdicts}
 commit=${2:-unknown}
 WORK=/tmp/speed-work
 mkdir -p "$WORK"
@@ -170,6 +173,35 @@ gluon)
   } 2>&1 | tee "$OUT/step.log"
   tar -C "$WORK" -czf "$OUT/gluon.tar.gz" gluon-numerics gluon-numerics.log gluon-mutation gluon-mutants.log \
     keys/signing-key.pub.pem $(cd "$WORK" && ls smoke-*.log) 2>/dev/null
+  ;;
+verdicts)
+  {
+    source .gpu/setup.sh >/dev/null 2>&1
+    install; keys
+    gpu
+    rm -rf "$WORK/numerics" "$WORK/gluon-numerics" "$WORK/mutation"
+    log "numerics gate, Gluon numerics gate and the Triton kernel's mutants, side by side"
+    SECONDS=0
+    (timeout 560 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml \
+      --out "$WORK/numerics" --name numerics-h200 --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q \
+      >"$WORK/numerics.log" 2>&1; echo "numerics exit $? after ${SECONDS} s" >>"$WORK/numerics.log") &
+    numerics=$!
+    (timeout 400 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
+      gates/gpu/numerics_gluon.yaml --out "$WORK/gluon-numerics" --name numerics-gluon-h200 \
+      --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/gluon-numerics.log" 2>&1
+      echo "gluon numerics exit $? after ${SECONDS} s" >>"$WORK/gluon-numerics.log") &
+    gluon=$!
+    timeout 560 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants \
+      mutation/cartridge_attn.yaml --jobs 6 --timeout-s 420 --out "$WORK/mutation" --name mutation-h200 \
+      --sign-key "$WORK/keys/signing-key.pem" >"$WORK/mutants.log" 2>&1
+    echo "mutants exit $? after ${SECONDS} s" >>"$WORK/mutants.log"
+    wait "$numerics" "$gluon"
+    tail -n 6 "$WORK/numerics.log"
+    tail -n 4 "$WORK/gluon-numerics.log"
+    grep -E "survived|broken|inconclusive|verdict" "$WORK/mutants.log" | tail -n 6
+  } 2>&1 | tee "$OUT/step.log"
+  tar -C "$WORK" -czf "$OUT/verdicts.tar.gz" numerics numerics.log gluon-numerics gluon-numerics.log mutation \
+    mutants.log keys/signing-key.pub.pem 2>/dev/null
   ;;
 gluon-bench)
   {

@@ -206,6 +206,7 @@ class Specialization:
     splits: int = 1
     warp_specialize: bool = False
     cartridge_tma: bool = False
+    impl: str = "triton"
 
     @property
     def key(self) -> str:
@@ -219,7 +220,7 @@ class Specialization:
     def config(self) -> K.KernelConfig:
         return K.KernelConfig(
             self.block_m, self.block_n, self.reqs_per_program, self.num_warps, self.num_stages, self.splits,
-            self.warp_specialize, self.cartridge_tma,
+            self.warp_specialize, self.cartridge_tma, self.impl,
         )  # fmt: skip
 
 
@@ -243,4 +244,5 @@ def specialization_of(plan: Plan) -> Specialization:
         splits=c.splits,
         warp_specialize=c.warp_specialize,
         cartridge_tma=c.cartridge_tma,
+        impl=c.impl,
     )

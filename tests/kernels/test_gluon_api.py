@@ -79,3 +79,18 @@ def test_the_shared_memory_estimate_grows_with_every_buffer() -> None:
     assert H.gluon_shared_bytes(cfg, 128, 16, 16) < base  # one V ring when the dtypes agree
     assert H.gluon_shared_bytes(dataclasses.replace(cfg, num_stages=3), 128, 8, 16) > base
     assert H.gluon_shared_bytes(cfg, 64, 8, 16) < base
+
+
+def test_a_gluon_launch_names_its_own_compiled_variant(kernel_device: torch.device) -> None:
+    # A Triton and a Gluon configuration of the same tile shape are different binaries: the coverage table pairs a
+    # timed launch with the numerics cell that qualified exactly its binary.
+    from cartridge_attn.dispatch import specialization_of
+
+    pr = random_problem([5, 3], [9, 30], device=kernel_device, **QWEN)
+    attn = CartridgeAttention()
+    triton_cfg = dataclasses.replace(prefill_config(4, 128, block_n=128, num_stages=2), block_m=128)
+    plan = attn.plan(*pr.page_table(), config=triton_cfg, device=kernel_device, **pr.plan_kwargs())
+    gluon_plan = dataclasses.replace(plan, config=prefill_config(4, 128, impl="gluon"))
+    assert specialization_of(plan).config.tag == "m128n128r1w4s2"
+    assert specialization_of(gluon_plan).key == specialization_of(plan).key + "gl"
+    assert specialization_of(gluon_plan).config == gluon_plan.config
