@@ -24,9 +24,9 @@
 #        smoke variant (scripts/gluon_smoke.py, each under a timeout), with GLUON_TESTS=1 its offline builds and GPU
 #        tests, then gates/gpu/numerics_gluon.yaml with the Triton kernel's padding-key cells (signed) and `qualify
 #        mutants mutation/cartridge_attn_gluon.yaml` (signed) side by side, only if everything before passed
-#   bash scripts/gpu_speed.sh verdicts           (carry .gpu) gates/kernel_numerics.yaml, gates/gpu/numerics_gluon.yaml
-#        and the Triton kernel's mutants (`qualify mutants`), all signed, side by side: after a change to the
-#        numerics inputs or to either kernel, the shipped kernel's and the candidate's verdicts again
+#   bash scripts/gpu_speed.sh verdicts           (carry .gpu) gates/kernel_numerics.yaml and the Triton kernel's
+#        mutants (`qualify mutants`), signed, side by side (GLUON=1: gates/gpu/numerics_gluon.yaml beside them): after
+#        a change to the numerics inputs or to the kernel, the shipped kernel's verdicts again
 #   bash scripts/gpu_speed.sh gluon-bench COMMIT (carry .gpu) prefill per layer of the Triton and Gluon kernels
 #        beside FlashInfer's FA3 over shared pages (bench_attention.py, L2 cold, CUDA graphs)
 #   bash scripts/gpu_speed.sh gluon-perf         (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
@@ -186,18 +186,21 @@ verdicts)
       --out "$WORK/numerics" --name numerics-h200 --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q \
       >"$WORK/numerics.log" 2>&1; echo "numerics exit $? after ${SECONDS} s" >>"$WORK/numerics.log") &
     numerics=$!
-    (timeout 400 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
-      gates/gpu/numerics_gluon.yaml --out "$WORK/gluon-numerics" --name numerics-gluon-h200 \
-      --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/gluon-numerics.log" 2>&1
-      echo "gluon numerics exit $? after ${SECONDS} s" >>"$WORK/gluon-numerics.log") &
-    gluon=$!
+    gluon=""
+    if [ "${GLUON:-0}" = 1 ]; then
+      (timeout 400 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
+        gates/gpu/numerics_gluon.yaml --out "$WORK/gluon-numerics" --name numerics-gluon-h200 \
+        --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/gluon-numerics.log" 2>&1
+        echo "gluon numerics exit $? after ${SECONDS} s" >>"$WORK/gluon-numerics.log") &
+      gluon=$!
+    fi
     timeout 560 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants \
       mutation/cartridge_attn.yaml --jobs 6 --timeout-s 420 --out "$WORK/mutation" --name mutation-h200 \
       --sign-key "$WORK/keys/signing-key.pem" >"$WORK/mutants.log" 2>&1
     echo "mutants exit $? after ${SECONDS} s" >>"$WORK/mutants.log"
-    wait "$numerics" "$gluon"
+    wait $numerics $gluon
     tail -n 6 "$WORK/numerics.log"
-    tail -n 4 "$WORK/gluon-numerics.log"
+    [ -n "$gluon" ] && tail -n 4 "$WORK/gluon-numerics.log"
     grep -E "survived|broken|inconclusive|verdict" "$WORK/mutants.log" | tail -n 6
   } 2>&1 | tee "$OUT/step.log"
   tar -C "$WORK" -czf "$OUT/verdicts.tar.gz" numerics numerics.log gluon-numerics gluon-numerics.log mutation \
