@@ -77,6 +77,18 @@ def build_problem(p: KernelNumericsParams, device: torch.device, seed: int) -> A
     return pr
 
 
+def _query_direction(pr: Any, seed: int) -> torch.Tensor:
+    """A unit direction u_h per KV head (seeded), added as sqrt(D) * u_h to every query of that head; a key with a
+    component c * u_h then gains about c in logit (nats) for all of them. Returns u, ``(H_kv, D)`` fp32."""
+    gen = torch.Generator(device=pr.q.device)
+    gen.manual_seed(seed)
+    h_q, d = pr.q.shape[1], pr.q.shape[2]
+    u = torch.randn(pr.cartridge_k.shape[1], d, generator=gen, device=pr.q.device)
+    u = u / u.norm(dim=-1, keepdim=True)
+    pr.q.add_((u * math.sqrt(d)).repeat_interleave(h_q // u.shape[0], dim=0).to(pr.q.dtype))
+    return u
+
+
 def boost_keys(pr: Any, seed: int, targets: list[tuple[str, int]], logit: float) -> None:
     """Raise the logit of chosen key positions by about `logit` for every query of their KV head.
 
@@ -85,13 +97,7 @@ def boost_keys(pr: Any, seed: int, targets: list[tuple[str, int]], logit: float)
     the attention however random the rest is. Targets are ("cartridge", position) or ("live", position
     within every request).
     """
-    gen = torch.Generator(device=pr.q.device)
-    gen.manual_seed(seed + 7)
-    h_q, d = pr.q.shape[1], pr.q.shape[2]
-    h_kv = pr.cartridge_k.shape[1]
-    u = torch.randn(h_kv, d, generator=gen, device=pr.q.device)
-    u = u / u.norm(dim=-1, keepdim=True)
-    pr.q.add_((u * math.sqrt(d)).repeat_interleave(h_q // h_kv, dim=0).to(pr.q.dtype))
+    u = _query_direction(pr, seed + 7)
     key = (logit * u).to(pr.cartridge_k.dtype)
     ps = pr.page_size
     for source, pos in targets:
@@ -111,13 +117,7 @@ def shift_logits(pr: Any, seed: int, shift: float) -> None:
     each score moves by `shift` plus a per-row constant and O(1) noise: the softmax over real keys barely changes,
     while a key outside the problem (a zero pad, logit 0) would take almost all the weight.
     """
-    gen = torch.Generator(device=pr.q.device)
-    gen.manual_seed(seed + 11)
-    h_q, d = pr.q.shape[1], pr.q.shape[2]
-    h_kv = pr.cartridge_k.shape[1]
-    u = torch.randn(h_kv, d, generator=gen, device=pr.q.device)
-    u = u / u.norm(dim=-1, keepdim=True)
-    pr.q.add_((u * math.sqrt(d)).repeat_interleave(h_q // h_kv, dim=0).to(pr.q.dtype))
+    u = _query_direction(pr, seed + 11)
     pr.cartridge_k.add_((shift * u).to(pr.cartridge_k.dtype))
     from cartridge_attn.paging import live_lengths
 
