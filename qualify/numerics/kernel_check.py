@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from qualify.errors import QualifyError
 from qualify.numerics.fused import kernel_device, kernel_inputs, launch, run_fused
 from qualify.numerics.inputs import build_problem, cell_seed, contract_violation, describe_cell
 from qualify.numerics.metrics import ErrorStats, OracleTie, tolerance_checks
@@ -73,6 +74,10 @@ def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -
         tied = tie if tied is None or tie.closer_to_bound_than(tied) else tied
     assert errors is not None  # repeats >= 1 (the schema's bound)
     identity = ca.kernel_identity(attn)
+    launched = (identity.get("config") or {}).get("impl")
+    if launched != impl:
+        # A cell that asked for one implementation and measured another would qualify what it never launched.
+        raise QualifyError(f"{item.name}: the cell asks for the {impl} kernel, the wrapper launched {launched}")
     # A passing cell vouches for the compiled variant it launched; under the interpreter, for none.
     if not identity.get("interpreted") and identity.get("specialization"):
         outcome.qualifies.append(identity["specialization"])
