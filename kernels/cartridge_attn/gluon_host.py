@@ -30,17 +30,16 @@ _CONSUMER_REGISTERS = 240
 
 
 def gluon_problem() -> str | None:
-    """None when this process can build the Gluon prefill, else why not (one line)."""
+    """None when this process can build the Gluon prefill, else why not (one line). Reads the installed Triton's
+    version only, importing nothing: a host probe asks this at start-up."""
+    from importlib import metadata
+
     try:
-        import triton
-    except ImportError:
+        version = metadata.version("triton")
+    except metadata.PackageNotFoundError:
         return "Triton is not installed"
-    if ".".join(triton.__version__.split(".")[:2]) != GLUON_TRITON:
-        return f"the Gluon prefill is written for Triton {GLUON_TRITON}.x's Gluon; this is Triton {triton.__version__}"
-    try:
-        from . import _gluon_prefill  # noqa: F401
-    except ImportError as exc:  # pragma: no cover - a broken Triton install
-        return f"Triton {triton.__version__} has no usable Gluon for Hopper: {exc}"
+    if ".".join(version.split(".")[:2]) != GLUON_TRITON:
+        return f"the Gluon prefill is written for Triton {GLUON_TRITON}.x's Gluon; this is Triton {version}"
     return None
 
 
