@@ -7,9 +7,10 @@
 #   bash scripts/gpu_speed.sh shapes <commit>    (carry .gpu/setup.sh, .vllm/1, .vllm/MANIFEST, .vllm/stage.sh)
 #        stages vLLM part 1; the measurement record's other shapes (page 16, head_dim 64, a GQA group of 3) with the
 #        L2 cold, and the Qwen3-8B shape with the L2 warm, fused K16/V8 beside FlashInfer over shared pages
-#   bash scripts/gpu_speed.sh qualify            (carry .gpu/setup.sh, .vllm/2, .vllm/MANIFEST, .vllm/stage.sh)
-#        stages vLLM part 2; gates/kernel_numerics.yaml (signed) and `qualify mutants` (8 at once, signed) side
-#        by side: correctness items only, so sharing the GPU changes no verdict
+#   bash scripts/gpu_speed.sh qualify            (carry .gpu/setup.sh, .vllm/2, .vllm/MANIFEST, .vllm/stage.sh; or only
+#        .gpu) stages vLLM part 2 when carried; gates/kernel_numerics.yaml (signed) and `qualify mutants` (JOBS at
+#        once, 8 by default, signed) side by side, with GLUON=1 gates/gpu/numerics_gluon.yaml beside them:
+#        correctness items only, so sharing the GPU changes no verdict
 #   bash scripts/gpu_speed.sh targets            (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
 #        .vllm/setup.sh) stages vLLM part 3; gates/gpu/perf_targets.yaml with the numerics envelope cells in one
 #        signed run, so its coverage table pairs what the timed items dispatched with what numerics qualified
@@ -24,9 +25,6 @@
 #        smoke variant (scripts/gluon_smoke.py, each under a timeout), with GLUON_TESTS=1 its offline builds and GPU
 #        tests, then gates/gpu/numerics_gluon.yaml with the Triton kernel's padding-key cells (signed) and `qualify
 #        mutants mutation/cartridge_attn_gluon.yaml` (signed) side by side, only if everything before passed
-#   bash scripts/gpu_speed.sh verdicts           (carry .gpu) gates/kernel_numerics.yaml and the Triton kernel's
-#        mutants (`qualify mutants`), signed, side by side (GLUON=1: gates/gpu/numerics_gluon.yaml beside them): after
-#        a change to the numerics inputs or to the kernel, the shipped kernel's verdicts again
 #   bash scripts/gpu_speed.sh gluon-bench COMMIT (carry .gpu) prefill per layer of the Triton and Gluon kernels
 #        beside FlashInfer's FA3 over shared pages (bench_attention.py, L2 cold, CUDA graphs)
 #   bash scripts/gpu_speed.sh gluon-perf         (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
@@ -37,7 +35,7 @@
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-step=${1:?usage: gpu_speed.sh sweep|shapes|gluon-bench COMMIT, or qualify|targets|prefill|counters|gluon|gluon-perf|verdicts}
+step=${1:?usage: gpu_speed.sh sweep|shapes|gluon-bench COMMIT, or qualify|targets|prefill|counters|gluon|gluon-perf}
 commit=${2:-unknown}
 WORK=/tmp/speed-work
 mkdir -p "$WORK"
@@ -99,26 +97,27 @@ shapes)
   ;;
 qualify)
   {
-    bash .vllm/stage.sh 2
+    [ -d .vllm/2 ] && bash .vllm/stage.sh 2
     source .gpu/setup.sh >/dev/null 2>&1
     install; keys
     gpu
-    rm -rf "$WORK/numerics" "$WORK/mutation"
+    rm -rf "$WORK/numerics" "$WORK/gluon-numerics" "$WORK/mutation"
     log "numerics gate and mutants, side by side"
-    SECONDS=0
-    (timeout 560 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml \
-      --out "$WORK/numerics" --name numerics-h200 --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q \
-      >"$WORK/numerics.log" 2>&1; echo "numerics exit $? after ${SECONDS} s" >>"$WORK/numerics.log") &
+    signed_run numerics numerics-h200 560 gates/kernel_numerics.yaml &
     numerics=$!
-    timeout 560 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants \
-      mutation/cartridge_attn.yaml --jobs 8 --timeout-s 420 --out "$WORK/mutation" --name mutation-h200 \
-      --sign-key "$WORK/keys/signing-key.pem" >"$WORK/mutants.log" 2>&1
-    echo "mutants exit $? after ${SECONDS} s" >>"$WORK/mutants.log"
-    wait "$numerics"
+    gluon=""
+    if [ "${GLUON:-0}" = 1 ]; then
+      signed_run gluon-numerics numerics-gluon-h200 400 gates/gpu/numerics_gluon.yaml &
+      gluon=$!
+    fi
+    signed_mutants mutation mutation-h200 560 "${JOBS:-8}" 420 mutation/cartridge_attn.yaml
+    wait $numerics $gluon
     tail -n 25 "$WORK/numerics.log"
-    tail -n 8 "$WORK/mutants.log"
+    [ -n "$gluon" ] && tail -n 4 "$WORK/gluon-numerics.log"
+    tail -n 8 "$WORK/mutation.log"
   } 2>&1 | tee "$OUT/step.log"
-  tar -C "$WORK" -czf "$OUT/qualify.tar.gz" numerics numerics.log mutation mutants.log keys/signing-key.pub.pem 2>/dev/null
+  tar -C "$WORK" -czf "$OUT/qualify.tar.gz" numerics numerics.log gluon-numerics gluon-numerics.log mutation \
+    mutation.log keys/signing-key.pub.pem 2>/dev/null
   ;;
 targets)
   signed_gate_run targets targets-h200 "${TARGETS_TIMEOUT:-540}" "decode targets + numerics envelope cells in one run" \
@@ -155,56 +154,17 @@ gluon)
     if [ "$bad" -eq 0 ]; then
       rm -rf "$WORK/gluon-numerics" "$WORK/gluon-mutation"
       log "Gluon numerics gate (+ the Triton kernel's padding-key cells) and mutants, side by side"
-      SECONDS=0
-      (timeout 380 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
-        gates/gpu/numerics_gluon.yaml gates/kernel_numerics.yaml -k "gluon or numerics-padding-keys" \
-        --out "$WORK/gluon-numerics" --name numerics-gluon-h200 --sign-key "$WORK/keys/signing-key.pem" \
-        --non-release -- -q >"$WORK/gluon-numerics.log" 2>&1
-        echo "numerics exit $? after ${SECONDS} s" >>"$WORK/gluon-numerics.log") &
+      signed_run gluon-numerics numerics-gluon-h200 380 gates/gpu/numerics_gluon.yaml gates/kernel_numerics.yaml \
+        -k "gluon or numerics-padding-keys" &
       numerics=$!
-      timeout 380 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants \
-        mutation/cartridge_attn_gluon.yaml --jobs 8 --timeout-s 300 --out "$WORK/gluon-mutation" \
-        --name mutation-gluon-h200 --sign-key "$WORK/keys/signing-key.pem" >"$WORK/gluon-mutants.log" 2>&1
-      echo "mutants exit $? after ${SECONDS} s" >>"$WORK/gluon-mutants.log"
+      signed_mutants gluon-mutation mutation-gluon-h200 380 8 300 mutation/cartridge_attn_gluon.yaml
       wait "$numerics"
       grep -E "^  [a-z]|VERDICT|passed|failed" "$WORK/gluon-numerics.log" | tail -n 20
-      grep -E "survived|broken|inconclusive|verdict" "$WORK/gluon-mutants.log" | tail -n 6
+      grep -E "survived|broken|inconclusive|verdict" "$WORK/gluon-mutation.log" | tail -n 6
     fi
   } 2>&1 | tee "$OUT/step.log"
-  tar -C "$WORK" -czf "$OUT/gluon.tar.gz" gluon-numerics gluon-numerics.log gluon-mutation gluon-mutants.log \
+  tar -C "$WORK" -czf "$OUT/gluon.tar.gz" gluon-numerics gluon-numerics.log gluon-mutation gluon-mutation.log \
     keys/signing-key.pub.pem $(cd "$WORK" && ls smoke-*.log) 2>/dev/null
-  ;;
-verdicts)
-  {
-    source .gpu/setup.sh >/dev/null 2>&1
-    install; keys
-    gpu
-    rm -rf "$WORK/numerics" "$WORK/gluon-numerics" "$WORK/mutation"
-    log "numerics gate, Gluon numerics gate and the Triton kernel's mutants, side by side"
-    SECONDS=0
-    (timeout 560 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml \
-      --out "$WORK/numerics" --name numerics-h200 --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q \
-      >"$WORK/numerics.log" 2>&1; echo "numerics exit $? after ${SECONDS} s" >>"$WORK/numerics.log") &
-    numerics=$!
-    gluon=""
-    if [ "${GLUON:-0}" = 1 ]; then
-      (timeout 400 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
-        gates/gpu/numerics_gluon.yaml --out "$WORK/gluon-numerics" --name numerics-gluon-h200 \
-        --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/gluon-numerics.log" 2>&1
-        echo "gluon numerics exit $? after ${SECONDS} s" >>"$WORK/gluon-numerics.log") &
-      gluon=$!
-    fi
-    timeout 560 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants \
-      mutation/cartridge_attn.yaml --jobs 6 --timeout-s 420 --out "$WORK/mutation" --name mutation-h200 \
-      --sign-key "$WORK/keys/signing-key.pem" >"$WORK/mutants.log" 2>&1
-    echo "mutants exit $? after ${SECONDS} s" >>"$WORK/mutants.log"
-    wait $numerics $gluon
-    tail -n 6 "$WORK/numerics.log"
-    [ -n "$gluon" ] && tail -n 4 "$WORK/gluon-numerics.log"
-    grep -E "survived|broken|inconclusive|verdict" "$WORK/mutants.log" | tail -n 6
-  } 2>&1 | tee "$OUT/step.log"
-  tar -C "$WORK" -czf "$OUT/verdicts.tar.gz" numerics numerics.log gluon-numerics gluon-numerics.log mutation \
-    mutants.log keys/signing-key.pub.pem 2>/dev/null
   ;;
 gluon-bench)
   {
