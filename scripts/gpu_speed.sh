@@ -25,6 +25,7 @@
 #        smoke variant (scripts/gluon_smoke.py, each under a timeout), with GLUON_TESTS=1 its offline builds and GPU
 #        tests, then gates/gpu/numerics_gluon.yaml with the Triton kernel's padding-key cells (signed) and `qualify
 #        mutants mutation/cartridge_attn_gluon.yaml` (signed) side by side, only if everything before passed
+#        (GLUON_GATES=0 stops before them)
 #   bash scripts/gpu_speed.sh gluon-bench COMMIT (carry .gpu) prefill per layer of the Triton and Gluon kernels
 #        beside FlashInfer's FA3 over shared pages (bench_attention.py, L2 cold, CUDA graphs)
 #   bash scripts/gpu_speed.sh gluon-perf         (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
@@ -151,7 +152,7 @@ gluon)
         -p no:cacheprovider >"$OUT/gluon-tests.log" 2>&1 || bad=1
       grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gluon-tests.log" | tail -n 20
     fi
-    if [ "$bad" -eq 0 ]; then
+    if [ "$bad" -eq 0 ] && [ "${GLUON_GATES:-1}" = 1 ]; then
       rm -rf "$WORK/gluon-numerics" "$WORK/gluon-mutation"
       log "Gluon numerics gate (+ the Triton kernel's padding-key cells) and mutants, side by side"
       signed_run gluon-numerics numerics-gluon-h200 380 gates/gpu/numerics_gluon.yaml gates/kernel_numerics.yaml \

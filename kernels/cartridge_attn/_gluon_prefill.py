@@ -6,20 +6,25 @@ paged live suffix, bottom-right causal mask, the plan's tiles (``tile_req`` / ``
 GQA heads (row ``r`` is query token ``r // G``, head ``r % G``). What it adds is what Triton 3.6 would not give
 the Triton kernel (Nsight Compute of both against FA3, results/2026-12-04-decode-targets-h200):
 
-* **A producer warp** issues every load through the tensor memory accelerator into a ring of ``STAGES`` shared
+* **A producer warp** issues every load through the tensor memory accelerator into rings of ``STAGES`` shared
   buffers: the cartridge as boxes of ``BLOCK_N`` rows of one head, the live suffix page by page into row slices
-  of the same buffers. The math warps compute no addresses and issue no loads.
-* **Two consumer warpgroups**, each a partition of its own over 64 rows of the 128-row tile, so that the warp
-  scheduler overlaps one's softmax with the other's tensor-core work; nothing in the loop synchronizes the whole
-  CTA. Each releases a stage on its own (the stage's "empty" barrier counts both).
+  of the same buffers. K and V stages have barriers of their own. The math warps compute no addresses and issue
+  no loads.
+* **Two consumer warpgroups**, each a partition of its own over 64 rows of the 128-row tile; nothing in the
+  loop synchronizes the whole CTA. Each releases a stage on its own (a stage's "empty" barrier counts both).
 * **QK^T as one wgmma of N = BLOCK_N** per warpgroup: without the load addresses, a warpgroup's registers hold a
   64 x 128 score tile (the Triton kernel's 255 registers forced N = 32).
+* **Software pipelining inside each warpgroup** (as FA3 does): tile j's QK^T and tile j - 1's PV are issued
+  together and tile j's softmax runs while the PV does, so the tensor cores are not idle through every softmax.
+  A K stage is released once its QK^T is done, a tile before the V stage, so the producer refills K early.
+  The first version (results/2026-12-05-gluon-prefill-h200) waited for each wgmma and stalled on it.
 
 A 16-bit V stage feeds the PV wgmma directly. An FP8 stage is converted to FP16 in shared memory first (exact,
 one instruction per pair; P is then FP16, as in the Triton kernel): each warpgroup converts its half of the
-rows while its QK^T wgmma runs, and the halves meet at a "converted" barrier. The live suffix's last tile is
-ragged: its slots past the request's ``kv_len`` hold whatever the cache holds there (NaN included), and P = 0
-times NaN is NaN, so those V rows are zeroed in shared memory the same way (a TMA box cannot be masked).
+rows after the tile's softmax, and the halves meet at a "converted" barrier before the next step issues the PV.
+The live suffix's last tile is ragged: its slots past the request's ``kv_len`` hold whatever the cache holds
+there (NaN included), and P = 0 times NaN is NaN, so those V rows are zeroed in shared memory the same way (a
+TMA box cannot be masked).
 
 Buffers: K ``[STAGES, BLOCK_N, D]``; cartridge V in its dtype; live V in its dtype (the same ring when the two
 dtypes agree); FP16 staging for converted FP8 (the live V ring itself when live V is 16-bit: a stage's live
@@ -68,6 +73,24 @@ def _rows_layout(head_dim, elem_bits):
 # Producer: one warp, TMA only.
 # ---------------------------------------------------------------------------------------------------
 @gluon.jit
+def _acquire(empty, ready, i, nbytes: gl.constexpr, STAGES: gl.constexpr):
+    """Waits until stage i % STAGES is free (every consumer released its previous tile) and arms its "ready"
+    barrier for nbytes; returns that barrier, which the stage's copies complete."""
+    s = i % STAGES
+    mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+    bar = ready.index(s)
+    mbarrier.expect(bar, nbytes)
+    return bar
+
+
+@gluon.jit
+def _page_row(pages, lanes, p: gl.constexpr, page_rows):
+    """Row of the 2-D live view where the tile's page p starts."""
+    row = gl.sum(gl.where(lanes == p, pages, 0), axis=0) * page_rows
+    return row
+
+
+@gluon.jit
 def _producer(
     descs,
     rings,
@@ -78,22 +101,25 @@ def _producer(
     HEAD_DIM: gl.constexpr,
     PAGE: gl.constexpr,
     STAGES: gl.constexpr,
-    CART_BYTES: gl.constexpr,
-    LIVE_BYTES: gl.constexpr,
+    K_BYTES: gl.constexpr,
+    CV_BYTES: gl.constexpr,
+    LK_BYTES: gl.constexpr,
+    LV_BYTES: gl.constexpr,
 ):
     ck_desc, cv_desc, lk_desc, lv_desc = descs
     k_ring, cv_ring, lv_ring = rings
-    ready, empty = bars
+    k_ready, k_empty, v_ready, v_empty = bars
     page0, n_pages, cart_len, n_live, kvh, page_rows = walk
     col = kvh * HEAD_DIM
     n_cart = gl.cdiv(cart_len, BLOCK_N)
+    # K before V within a tile: the consumers release K a tile earlier than V, so a K stage is never queued
+    # behind a V stage that frees later.
     for i in range(n_cart):
         s = i % STAGES
-        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
-        bar = ready.index(s)
         # A partial last box is zero-filled past T_c by the TMA unit and still counts its full bytes.
-        mbarrier.expect(bar, CART_BYTES)
+        bar = _acquire(k_empty, k_ready, i, K_BYTES, STAGES)
         tma.async_copy_global_to_shared(ck_desc, [i * BLOCK_N, col], bar, k_ring.index(s))
+        bar = _acquire(v_empty, v_ready, i, CV_BYTES, STAGES)
         tma.async_copy_global_to_shared(cv_desc, [i * BLOCK_N, col], bar, cv_ring.index(s))
     PAGES: gl.constexpr = BLOCK_N // PAGE
     lanes = gl.arange(0, PAGES, gl.BlockedLayout([1], [32], [1], [0]))
@@ -105,15 +131,16 @@ def _producer(
         pages = gl.load(kv_indices_ptr + page0 + gl.minimum(t * PAGES + lanes, n_pages - 1))
         i = n_cart + t
         s = i % STAGES
-        mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
-        bar = ready.index(s)
-        mbarrier.expect(bar, LIVE_BYTES)
+        bar = _acquire(k_empty, k_ready, i, LK_BYTES, STAGES)
         k_dst = k_ring.index(s)
+        for p in gl.static_range(PAGES):
+            tma.async_copy_global_to_shared(lk_desc, [_page_row(pages, lanes, p, page_rows), col], bar,
+                                            k_dst.slice(p * PAGE, PAGE))  # fmt: skip
+        bar = _acquire(v_empty, v_ready, i, LV_BYTES, STAGES)
         v_dst = lv_ring.index(s)
         for p in gl.static_range(PAGES):
-            row = gl.sum(gl.where(lanes == p, pages, 0), axis=0) * page_rows
-            tma.async_copy_global_to_shared(lk_desc, [row, col], bar, k_dst.slice(p * PAGE, PAGE))
-            tma.async_copy_global_to_shared(lv_desc, [row, col], bar, v_dst.slice(p * PAGE, PAGE))
+            tma.async_copy_global_to_shared(lv_desc, [_page_row(pages, lanes, p, page_rows), col], bar,
+                                            v_dst.slice(p * PAGE, PAGE))  # fmt: skip
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -154,24 +181,88 @@ def _stage_v(
 
 
 @gluon.jit
-def _await_turn(turn, parity, wg: gl.constexpr, CONSUMERS: gl.constexpr):
-    """Ping-pong between the two consumers: they take turns issuing wgmmas (QK^T of a tile, then PV), so that
-    one's softmax runs while the other's matrix work does. Left alone, both would wait on the same stage and run in
-    lockstep, softmax beside softmax with the tensor cores idle. The turns strictly alternate, so a barrier is at
-    most one phase ahead of its waiter and each wait's parity is a constant: 1 - wg before QK^T, wg before PV."""
-    if CONSUMERS == 2:
-        mbarrier.wait(turn.index(wg), parity)
-
-
-@gluon.jit
-def _pass_turn(turn, wg: gl.constexpr, CONSUMERS: gl.constexpr):
-    if CONSUMERS == 2:
-        mbarrier.arrive(turn.index(1 - wg), count=1)
-
-
-@gluon.jit
-def _tile(
+def _prepare_v(
     i,
+    conv_n,
+    v_ring,
+    st_ring,
+    v_ready,
+    conv,
+    first_pos,
+    valid_end,
+    wg: gl.constexpr,
+    STAGE: gl.constexpr,  # 0: V as loaded; 1: FP8 converted into st_ring; 2: zero past valid_end in place if ragged
+    CONSUMERS: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    STAGES: gl.constexpr,
+):
+    """Waits for tile i's V and readies it for the PV wgmma, which the next tile's step issues. A stage is only
+    written once both consumers' PV wgmmas of the tile two back are complete: each arrives at this tile's
+    "converted" barrier after waiting for its own, one tile earlier."""
+    s = i % STAGES
+    mbarrier.wait(v_ready.index(s), (i // STAGES) & 1)
+    if STAGE == 1:
+        conv_n = _stage_v(v_ring.index(s), st_ring.index(s), conv, conv_n, first_pos, valid_end,
+                          wg, CONSUMERS, BLOCK_N, HEAD_DIM)  # fmt: skip
+    elif STAGE == 2:
+        v = v_ring.index(s)
+        if first_pos + BLOCK_N > valid_end:
+            conv_n = _stage_v(v, v, conv, conv_n, first_pos, valid_end, wg, CONSUMERS, BLOCK_N, HEAD_DIM)
+    return conv_n
+
+
+@gluon.jit
+def _release(bar):
+    # Every warp of the warpgroup has passed its wgmma wait before the one arrival that counts this consumer.
+    gl.thread_barrier()
+    mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
+def _rescale(acc, alpha, o_layout: gl.constexpr):
+    return acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
+
+
+@gluon.jit
+def _softmax(
+    scores,
+    m_i,
+    l_i,
+    first_pos,
+    limit,
+    masked,
+    v_scale,
+    qk_scale,
+    v_dtype: gl.constexpr,
+    SCALE_P: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+):
+    """One tile's online-softmax step on its scores: P as the PV wgmma's register operand, the new running max
+    and sum, and the factor the accumulator is rescaled by once the previous tile's PV is complete."""
+    s_layout: gl.constexpr = _score_layout(BLOCK_N)
+    o_layout: gl.constexpr = _out_layout(HEAD_DIM)
+    if masked:
+        pos = first_pos + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
+        scores = gl.where(pos[None, :] <= limit[:, None], scores, float("-inf"))
+    # Scaled log2 units, as in the Triton kernel: the cartridge comes first and every row sees position 0, so
+    # m_i is finite before any fully masked tile.
+    m_new = gl.maximum(m_i, gl.max(scores, 1) * qk_scale)
+    alpha = gl.exp2(m_i - m_new)
+    p = gl.exp2(scores * qk_scale - m_new[:, None])
+    l_i = l_i * alpha + gl.sum(p, 1)
+    if SCALE_P:
+        p = p * v_scale
+    p_op = gl.convert_layout(p.to(v_dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
+    return p_op, m_new, l_i, alpha
+
+
+@gluon.jit
+def _walk(
+    i0,
+    n,
+    n_full,
     conv_n,
     acc,
     m_i,
@@ -181,67 +272,66 @@ def _tile(
     v_ring,
     st_ring,
     bars,
-    first_pos,
     limit,
     valid_end,
     v_scale,
     qk_scale,
     wg: gl.constexpr,
-    MASKED: gl.constexpr,
-    STAGE: gl.constexpr,  # 0: V as loaded; 1: FP8 converted into st_ring; 2: zero past valid_end in place if ragged
+    STAGE: gl.constexpr,
     SCALE_P: gl.constexpr,
     CONSUMERS: gl.constexpr,
     BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr,
     STAGES: gl.constexpr,
 ):
-    ready, empty, conv, turn = bars
+    """Tiles i0 .. i0 + n - 1 of one source (n >= 1), at positions t * BLOCK_N; tiles from n_full on are masked.
+
+    Software-pipelined within the warpgroup: tile t's QK^T wgmma and tile t - 1's PV wgmma are issued together,
+    and tile t's softmax runs while the PV wgmma does. K stages are released as soon as their QK^T is done, V
+    stages once their PV is.
+    """
+    k_ready, k_empty, v_ready, v_empty, conv = bars
     s_layout: gl.constexpr = _score_layout(BLOCK_N)
     o_layout: gl.constexpr = _out_layout(HEAD_DIM)
-    s = i % STAGES
-    mbarrier.wait(ready.index(s), (i // STAGES) & 1)
-    _await_turn(turn, 1 - wg, wg, CONSUMERS)
-    scores = warpgroup_mma(
-        q_smem,
-        k_ring.index(s).permute((1, 0)),
-        gl.zeros([ROWS_PER_CONSUMER, BLOCK_N], gl.float32, s_layout),
-        use_acc=False,
-        is_async=True,
-    )
-    _pass_turn(turn, wg, CONSUMERS)
-    # V staging overlaps the QK^T wgmma.
-    if STAGE == 1:
-        conv_n = _stage_v(v_ring.index(s), st_ring.index(s), conv, conv_n, first_pos, valid_end,
-                          wg, CONSUMERS, BLOCK_N, HEAD_DIM)  # fmt: skip
-        v = st_ring.index(s)
-    elif STAGE == 2:
-        v = v_ring.index(s)
-        if first_pos + BLOCK_N > valid_end:
-            conv_n = _stage_v(v, v, conv, conv_n, first_pos, valid_end, wg, CONSUMERS, BLOCK_N, HEAD_DIM)
-    else:
-        v = v_ring.index(s)
+    pv_ring = st_ring if STAGE == 1 else v_ring
+    zeros = gl.zeros([ROWS_PER_CONSUMER, BLOCK_N], gl.float32, s_layout)
+
+    # Tile 0: nothing to overlap with.
+    s = i0 % STAGES
+    mbarrier.wait(k_ready.index(s), (i0 // STAGES) & 1)
+    scores = warpgroup_mma(q_smem, k_ring.index(s).permute((1, 0)), zeros, use_acc=False, is_async=True)
     scores = warpgroup_mma_wait(num_outstanding=0, deps=(scores,))
-    if MASKED:
-        pos = first_pos + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
-        scores = gl.where(pos[None, :] <= limit[:, None], scores, float("-inf"))
-    # Scaled log2 units, as in the Triton kernel: the cartridge comes first and every row sees position 0, so
-    # m_i is finite before any fully masked tile.
-    m_new = gl.maximum(m_i, gl.max(scores, 1) * qk_scale)
-    alpha = gl.exp2(m_i - m_new)
-    p = gl.exp2(scores * qk_scale - m_new[:, None])
-    l_i = l_i * alpha + gl.sum(p, 1)
-    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, o_layout))[:, None]
-    if SCALE_P:
-        p = p * v_scale
-    p_op = gl.convert_layout(p.to(v.dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
-    _await_turn(turn, wg, wg, CONSUMERS)
-    acc = warpgroup_mma(p_op, v, acc, is_async=True)
-    _pass_turn(turn, wg, CONSUMERS)
+    _release(k_empty.index(s))
+    p_op, m_i, l_i, alpha = _softmax(scores, m_i, l_i, 0, limit, n_full == 0, v_scale, qk_scale,
+                                     pv_ring.dtype, SCALE_P, BLOCK_N, HEAD_DIM)  # fmt: skip
+    acc = _rescale(acc, alpha, o_layout)
+    conv_n = _prepare_v(i0, conv_n, v_ring, st_ring, v_ready, conv, 0, valid_end,
+                        wg, STAGE, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES)  # fmt: skip
+
+    for t in range(1, n):
+        i = i0 + t
+        s = i % STAGES
+        prev = (i - 1) % STAGES
+        mbarrier.wait(k_ready.index(s), (i // STAGES) & 1)
+        scores = warpgroup_mma(q_smem, k_ring.index(s).permute((1, 0)), zeros, use_acc=False, is_async=True)
+        acc = warpgroup_mma(p_op, pv_ring.index(prev), acc, is_async=True)
+        # wgmma groups retire in order: one left outstanding is the PV, so the scores are complete.
+        scores = warpgroup_mma_wait(num_outstanding=1, deps=(scores,))
+        _release(k_empty.index(s))
+        p_op, m_new, l_i, alpha = _softmax(scores, m_i, l_i, t * BLOCK_N, limit, t >= n_full, v_scale, qk_scale,
+                                           pv_ring.dtype, SCALE_P, BLOCK_N, HEAD_DIM)  # fmt: skip
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
+        _release(v_empty.index(prev))
+        acc = _rescale(acc, alpha, o_layout)
+        m_i = m_new
+        conv_n = _prepare_v(i, conv_n, v_ring, st_ring, v_ready, conv, t * BLOCK_N, valid_end,
+                            wg, STAGE, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES)  # fmt: skip
+
+    last = (i0 + n - 1) % STAGES
+    acc = warpgroup_mma(p_op, pv_ring.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
-    # Both wgmmas of this warpgroup are done with the stage: release it (one arrival per consumer).
-    gl.thread_barrier()
-    mbarrier.arrive(empty.index(s), count=1)
-    return acc, m_new, l_i, conv_n
+    _release(v_empty.index(last))
+    return acc, m_i, l_i, conv_n
 
 
 @gluon.jit
@@ -298,20 +388,12 @@ def _consumer(
     conv_n = 0
 
     # ---- cartridge: full tiles, then the ragged one (its box is zero-filled past T_c) ----
-    n_cart_full = cart_len // BLOCK_N
-    CART_STAGE: gl.constexpr = 1 if CV_FP8 else 0
-    for i in range(n_cart_full):
-        acc, m_i, l_i, conv_n = _tile(
-            i, conv_n, acc, m_i, l_i, q_smem, k_ring, cv_ring, st_ring, bars, i * BLOCK_N, limit, cart_len,
-            1.0, qk_scale, wg, False, CART_STAGE, False, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
-        )  # fmt: skip
     n_cart = gl.cdiv(cart_len, BLOCK_N)
-    if n_cart_full < n_cart:
-        cart_limit = cart_len - 1 + tok_s * 0
-        acc, m_i, l_i, conv_n = _tile(
-            n_cart_full, conv_n, acc, m_i, l_i, q_smem, k_ring, cv_ring, st_ring, bars, n_cart_full * BLOCK_N,
-            cart_limit, cart_len, 1.0, qk_scale, wg, True, CART_STAGE, False, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
-        )  # fmt: skip
+    cart_limit = cart_len - 1 + tok_s * 0
+    acc, m_i, l_i, conv_n = _walk(
+        0, n_cart, cart_len // BLOCK_N, conv_n, acc, m_i, l_i, q_smem, k_ring, cv_ring, st_ring, bars, cart_limit,
+        cart_len, 1.0, qk_scale, wg, 1 if CV_FP8 else 0, False, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
+    )  # fmt: skip
     # The cartridge's per-head V scale is constant over the cartridge: applied once to the accumulator.
     if CV_FP8:
         acc = acc * gl.load(cv_scale_ptr + kvh)
@@ -319,20 +401,13 @@ def _consumer(
     # ---- live suffix: tiles every row of this warpgroup sees in full, then masked ones ----
     # Which tiles are staged must agree between the consumers (they meet at the "converted" barrier): FP8 live V
     # stages every tile; 16-bit live V only the ragged one, decided from kv_len, the same for both.
-    LIVE_STAGE: gl.constexpr = 1 if LV_FP8 else 2
     lv_scale = gl.load(lv_scale_ptr + kvh)
     # Capped at kv_len so that a full tile is never the ragged one (a warpgroup of padding rows sees past q_len).
     n_live_full = gl.minimum(gl.minimum(gl.maximum(live_all, 0), kv_len) // BLOCK_N, n_live)
-    for t in range(n_live_full):
-        acc, m_i, l_i, conv_n = _tile(
-            n_cart + t, conv_n, acc, m_i, l_i, q_smem, k_ring, lv_ring, st_ring, bars, t * BLOCK_N, limit, kv_len,
-            lv_scale, qk_scale, wg, False, 1 if LV_FP8 else 0, LV_FP8, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
-        )  # fmt: skip
-    for t in range(n_live_full, n_live):
-        acc, m_i, l_i, conv_n = _tile(
-            n_cart + t, conv_n, acc, m_i, l_i, q_smem, k_ring, lv_ring, st_ring, bars, t * BLOCK_N, limit, kv_len,
-            lv_scale, qk_scale, wg, True, LIVE_STAGE, LV_FP8, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
-        )  # fmt: skip
+    acc, m_i, l_i, conv_n = _walk(
+        n_cart, n_live, n_live_full, conv_n, acc, m_i, l_i, q_smem, k_ring, lv_ring, st_ring, bars, limit, kv_len,
+        lv_scale, qk_scale, wg, 1 if LV_FP8 else 2, LV_FP8, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
+    )  # fmt: skip
 
     out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
     gr_o = row0 + gl.arange(0, M, gl.SliceLayout(1, o_layout))
@@ -411,24 +486,27 @@ def cartridge_prefill_ws_kernel(
         st_ring = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_N, HEAD_DIM], k_lay)
     else:
         st_ring = lv_ring._reinterpret(gl.float16, [STAGES, BLOCK_N, HEAD_DIM], k_lay)
-    ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    # K and V stages are filled and released apart: a K stage is free once its QK^T is done, a tile before its V.
+    k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     conv = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
-        mbarrier.init(ready.index(s), count=1)
-        mbarrier.init(empty.index(s), count=CONSUMERS)
+        mbarrier.init(k_ready.index(s), count=1)
+        mbarrier.init(k_empty.index(s), count=CONSUMERS)
+        mbarrier.init(v_ready.index(s), count=1)
+        mbarrier.init(v_empty.index(s), count=CONSUMERS)
     for c in gl.static_range(2):
         mbarrier.init(conv.index(c), count=CONSUMERS)
-        mbarrier.init(turn.index(c), count=1)
 
-    # Bytes a stage's "ready" barrier expects: a cartridge tile, or BLOCK_N // PAGE pages of K and V.
-    CART_BITS: gl.constexpr = ck_desc.dtype.primitive_bitwidth + cv_desc.dtype.primitive_bitwidth
-    LIVE_BITS: gl.constexpr = lk_desc.dtype.primitive_bitwidth + lv_desc.dtype.primitive_bitwidth
-    CART_BYTES: gl.constexpr = BLOCK_N * HEAD_DIM * CART_BITS // 8
-    LIVE_BYTES: gl.constexpr = BLOCK_N * HEAD_DIM * LIVE_BITS // 8
+    # Bytes a K or V stage's "ready" barrier expects: one tile, cartridge box or BLOCK_N // PAGE pages.
+    K_BYTES: gl.constexpr = BLOCK_N * HEAD_DIM * ck_desc.dtype.primitive_bitwidth // 8
+    CV_BYTES: gl.constexpr = BLOCK_N * HEAD_DIM * cv_desc.dtype.primitive_bitwidth // 8
+    LK_BYTES: gl.constexpr = BLOCK_N * HEAD_DIM * lk_desc.dtype.primitive_bitwidth // 8
+    LV_BYTES: gl.constexpr = BLOCK_N * HEAD_DIM * lv_desc.dtype.primitive_bitwidth // 8
     rings = (k_ring, cv_ring, lv_ring, st_ring)
-    bars = (ready, empty, conv, turn)
+    bars = (k_ready, k_empty, v_ready, v_empty, conv)
     io = (q_ptr, o_ptr, cv_scale_ptr, lv_scale_ptr)
     tile = (rows0, q_start, q_len, kv_len, cart_len, n_live, kvh, qk_scale)
     strides = (stride_qt, stride_qh, stride_ot, stride_oh)
@@ -441,8 +519,9 @@ def cartridge_prefill_ws_kernel(
                              GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, CV_FP8, LV_FP8)),
                 (_consumer, (1, io, rings, bars, q_ring, tile, strides,
                              GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, CV_FP8, LV_FP8)),
-                (_producer, ((ck_desc, cv_desc, lk_desc, lv_desc), (k_ring, cv_ring, lv_ring), (ready, empty),
-                             kv_indices_ptr, walk, BLOCK_N, HEAD_DIM, PAGE, STAGES, CART_BYTES, LIVE_BYTES)),
+                (_producer, ((ck_desc, cv_desc, lk_desc, lv_desc), (k_ring, cv_ring, lv_ring),
+                             (k_ready, k_empty, v_ready, v_empty), kv_indices_ptr, walk,
+                             BLOCK_N, HEAD_DIM, PAGE, STAGES, K_BYTES, CV_BYTES, LK_BYTES, LV_BYTES)),
             ],
             [4, PRODUCER_WARPS],
             [CONSUMER_REGISTERS, PRODUCER_REGISTERS],
@@ -452,8 +531,9 @@ def cartridge_prefill_ws_kernel(
             [
                 (_consumer, (0, io, rings, bars, q_ring, tile, strides,
                              GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, CV_FP8, LV_FP8)),
-                (_producer, ((ck_desc, cv_desc, lk_desc, lv_desc), (k_ring, cv_ring, lv_ring), (ready, empty),
-                             kv_indices_ptr, walk, BLOCK_N, HEAD_DIM, PAGE, STAGES, CART_BYTES, LIVE_BYTES)),
+                (_producer, ((ck_desc, cv_desc, lk_desc, lv_desc), (k_ring, cv_ring, lv_ring),
+                             (k_ready, k_empty, v_ready, v_empty), kv_indices_ptr, walk,
+                             BLOCK_N, HEAD_DIM, PAGE, STAGES, K_BYTES, CV_BYTES, LK_BYTES, LV_BYTES)),
             ],
             [PRODUCER_WARPS],
             [PRODUCER_REGISTERS],
