@@ -80,6 +80,8 @@ PREFILL_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_special
     (128, 32, 4, 4, True, True), (128, 64, 4, 3, True, True), (128, 64, 4, 2, True, True),
     (128, 128, 4, 2, True, True),
 ]  # fmt: skip
+# The Gluon prefill's (block_m, block_n, num_stages): its own warp specialization and TMA, 4-warp consumers.
+GLUON_PREFILL_CANDIDATES = [(128, 128, 2), (64, 128, 2), (128, 64, 3), (128, 64, 4)]
 
 
 def shape_set(metric_name: str, variant: str = "qwen3-8b", batches: list[int] | None = None) -> ShapeSet:
@@ -179,9 +181,11 @@ def sweep(
     variant: str,
     batches: list[int] | None = None,
     decode_candidates: list[tuple[int, ...]] | None = None,
+    prefill_impls: tuple[str, ...] = ("triton",),
 ) -> list[dict[str, Any]]:
     """Per-layer time of the fused K16/V8 kernel under every candidate configuration, at every point (`batches`
-    and `decode_candidates` narrow a sweep to a few points and configurations)."""
+    and `decode_candidates` narrow a sweep to a few points and configurations; `prefill_impls` names the prefill
+    implementations whose candidates are swept)."""
     import cartridge_attn as ca
     import torch
 
@@ -202,11 +206,17 @@ def sweep(
         for suffix in shape.suffixes:
             for batch in shape.batches:
                 live = shape.decode_live(suffix) if m.phase == "decode" else suffix
-                for cand in decode if m.phase == "decode" else PREFILL_CANDIDATES:
+                prefill = [*(PREFILL_CANDIDATES if "triton" in prefill_impls else []),
+                           *(GLUON_PREFILL_CANDIDATES if "gluon" in prefill_impls else [])]  # fmt: skip
+                for cand in decode if m.phase == "decode" else prefill:
                     if m.phase == "decode":
                         r, bn, w, s, k = cand
                         cfg = ca.decode_config(group, shape.head_dim, batch, live, reqs=r, block_n=bn, num_warps=w,
                                                num_stages=s, splits=k)  # fmt: skip
+                    elif len(cand) == 3:
+                        bm, bn, s = cand
+                        cfg = ca.prefill_config(group, shape.head_dim, block_m=bm, block_n=bn, num_stages=s,
+                                                impl="gluon")  # fmt: skip
                     else:
                         bm, bn, w, s, ws, tma = cand
                         cfg = ca.prefill_config(group, shape.head_dim, block_m=bm, block_n=bn, num_warps=w,
@@ -218,7 +228,7 @@ def sweep(
                     try:
                         spec = cell_spec(shape, m, batch, suffix, l2_cold=True, redundant=1, device=device, seed=1234,
                                          kernel_config=cfg)  # fmt: skip
-                        built = build("fused-k16v8", spec)
+                        built = build("fused-k16v8-gluon" if cfg.impl == "gluon" else "fused-k16v8", spec)
                         t = time_step(built.calls, warmups=2, repetitions=8)
                         row["per_layer_us"] = per_layer_us(t.samples_ms, shape.num_layers)
                         # What the variant costs the SM (the occupancy it allows): registers, spills, shared memory.
@@ -250,6 +260,8 @@ def main() -> int:
     ap.add_argument("--decode-candidates", nargs="+", metavar="R,BN,W,S,K",
                     help="with --tune: these decode configurations (requests per program, block_n, warps, stages, "
                          "splits) instead of the built-in list")  # fmt: skip
+    ap.add_argument("--prefill-impls", nargs="+", choices=["triton", "gluon"], default=["triton"],
+                    help="with --tune: the prefill implementations whose candidates are swept")  # fmt: skip
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     candidates = None
@@ -268,7 +280,7 @@ def main() -> int:
     }
     if args.tune:
         # The configurations are swept at the first shape (the one the dispatch table is tuned on).
-        rows = sweep(wanted, args.shapes[0], args.batches, candidates)
+        rows = sweep(wanted, args.shapes[0], args.batches, candidates, tuple(args.prefill_impls))
         (args.out / "sweep.json").write_text(json.dumps({"env": env, "sweep": rows}, indent=1))
         if args.sweep_only:
             return 0

@@ -27,7 +27,8 @@
 #        mutants mutation/cartridge_attn_gluon.yaml` (signed) side by side, only if everything before passed
 #        (GLUON_GATES=0 stops before them)
 #   bash scripts/gpu_speed.sh gluon-bench COMMIT (carry .gpu) prefill per layer of the Triton and Gluon kernels
-#        beside FlashInfer's FA3 over shared pages (bench_attention.py, L2 cold, CUDA graphs)
+#        beside FlashInfer's FA3 over shared pages (bench_attention.py, L2 cold, CUDA graphs); GLUON_SWEEP=1 then
+#        sweeps the Gluon prefill's tile shapes and ring depths (bench_attention.py --tune --prefill-impls gluon)
 #   bash scripts/gpu_speed.sh gluon-perf         (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
 #        .vllm/setup.sh; .gpu set up and vLLM parts 1-2 staged by earlier calls) stages vLLM part 3;
 #        gates/gpu/perf_gluon.yaml (against FA3 over shared pages and the Triton prefill) with the Gluon numerics
@@ -177,6 +178,20 @@ gluon-bench)
       >"$OUT/gluon-bench.log" 2>&1
     echo "bench exit $?"
     grep "|" "$OUT/gluon-bench.log" | tail -n 10
+    if [ "${GLUON_SWEEP:-0}" = 1 ]; then
+      log "the Gluon prefill's tile shapes and ring depths at every prefill point"
+      timeout 240 python3 scripts/bench_attention.py --out "$WORK/gluon-sweep" --commit "$commit" --only prefill \
+        --tune --sweep-only --prefill-impls gluon >"$OUT/gluon-sweep.log" 2>&1
+      echo "sweep exit $?"
+      python3 - "$WORK/gluon-sweep/sweep.json" <<'PY'
+import json, sys
+for r in json.load(open(sys.argv[1]))["sweep"]:
+    c = r["config"]
+    print(r["batch"], r["tokens"], f"m{c['block_m']}n{c['block_n']}s{c['num_stages']}",
+          r.get("per_layer_us") or r.get("error", "")[:120], (r.get("binary") or {}).get("registers"))
+PY
+      cp "$WORK/gluon-sweep/sweep.json" "$OUT/gluon-sweep.json" 2>/dev/null
+    fi
   } 2>&1 | tee "$OUT/bench-step.log"
   cp "$WORK/gluon-bench/"*.json "$OUT/" 2>/dev/null
   ;;
