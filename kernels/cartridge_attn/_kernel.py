@@ -75,6 +75,7 @@ def _attend(
     V_FP8: tl.constexpr,
     SCALE_P: tl.constexpr,
     DOT_F32: tl.constexpr,
+    EMPTY_ROWS: tl.constexpr = False,
 ):
     if DOT_F32:
         qk = tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)), input_precision="ieee")
@@ -84,10 +85,15 @@ def _attend(
         qk = tl.where(visible, qk, float("-inf"))
     # The running max is kept in scaled log2 units so that scaling and subtraction fuse into one FMA.
     # The cartridge comes first and every row sees position 0, so m_i is finite before any fully
-    # masked live row reaches this point: no (-inf) - (-inf).
+    # masked live row reaches this point: no (-inf) - (-inf). Not so for a split of packed requests: a range
+    # of live keys only, past a short request's end, masks every key of that request's rows (EMPTY_ROWS).
     m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-    alpha = tl.math.exp2(m_i - m_new)
-    p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+    if EMPTY_ROWS:  # noqa: SIM108
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)  # an empty row's alpha and p come out 0, not NaN
+    else:
+        m_ref = m_new
+    alpha = tl.math.exp2(m_i - m_ref)
+    p = tl.math.exp2(qk * qk_scale - m_ref[:, None])
     l_i = l_i * alpha + tl.sum(p, 1)
     acc = acc * alpha[:, None]
     if SCALE_P:
@@ -170,13 +176,14 @@ def cartridge_attn_kernel(
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
     if SPLITS > 1:
-        # Flash-decoding: SPLITS consecutive programs share one request (REQS is 1) and KV head.
+        # Flash-decoding: SPLITS consecutive programs share one request (or REQS packed ones) and KV head.
         split = pid % SPLITS
         pid = pid // SPLITS
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     BN_R: tl.constexpr = BLOCK_N // REQS  # live columns per request per tile
+    EMPTY_ROWS: tl.constexpr = SPLITS > 1 and REQS > 1
 
     if DECODE:
         row_req_local = offs_m // GROUP
@@ -326,7 +333,9 @@ def cartridge_attn_kernel(
             visible = visible & (col_req_local[None, :] == row_req_local[:, None])
         if SPLITS > 1:
             visible = visible & (j[None, :] >= l_lo) & (j[None, :] < l_hi)
-        acc, m_i, l_i = _attend(acc, m_i, l_i, q, k, v, visible, lv_scale, qk_scale, True, LV_FP8, LV_SCALE_P, DOT_F32)
+        acc, m_i, l_i = _attend(
+            acc, m_i, l_i, q, k, v, visible, lv_scale, qk_scale, True, LV_FP8, LV_SCALE_P, DOT_F32, EMPTY_ROWS
+        )
 
     o_ptrs = o_ptr + q_row[:, None].to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
     if SPLITS > 1:

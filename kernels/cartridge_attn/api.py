@@ -730,11 +730,9 @@ class CartridgeAttention:
         if mode == "decode":
             r = cfg.reqs_per_program
             k = cfg.splits
-            if not pow2(k) or k > K.DECODE_SPLIT_MAX or (k > 1 and r != 1):
-                raise UnsupportedLayoutError(
-                    "decode config splits", f"a power of two <= {K.DECODE_SPLIT_MAX}, and 1 when requests are packed",
-                    cfg.as_dict(),
-                )  # fmt: skip
+            if not pow2(k) or k > K.DECODE_SPLIT_MAX:
+                raise UnsupportedLayoutError("decode config splits", f"a power of two <= {K.DECODE_SPLIT_MAX}",
+                                             cfg.as_dict())  # fmt: skip
             if not pow2(r) or r * group > cfg.block_m or cfg.block_n % r or cfg.block_n // r < 16:
                 raise UnsupportedLayoutError(
                     "decode config",

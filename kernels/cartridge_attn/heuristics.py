@@ -157,19 +157,24 @@ def decode_config(
     the cartridge) but leaves fewer programs, so it pays only once there are programs enough to fill
     the 132 SMs (batch x H_kv well above 132). With ``num_kv_heads`` and ``cartridge_len`` given, a grid that
     would leave SMs idle splits each request's keys over several programs instead (``decode_splits``); without
-    them (or with ``splits=1``) it never splits.
+    them (or with ``splits=1``) it never splits. A split packs requests only when ``reqs`` says so: then the
+    packed requests share each cartridge tile of every range.
     """
+    explicit_reqs = reqs is not None
     if reqs is None:
         reqs = 2 if batch >= DECODE_PACK_MIN_BATCH else 1
     # Packed requests must fill at most one 16-row tile together, in a power-of-two count.
     reqs = _pow2_at_most(max(1, min(reqs, 16 // group if group <= 16 else 1)))
-    block_m = max(16, _pow2_at_least(reqs * group))
     if splits is None:
         splits = 1
         if num_kv_heads is not None and cartridge_len is not None and reqs == 1:
             splits = decode_splits(batch, num_kv_heads, cartridge_len + max_live)
+    if splits > 1 and not explicit_reqs:
+        reqs = 1  # a split packs requests only when asked to
+    block_m = max(16, _pow2_at_least(reqs * group))
     if splits > 1:
-        # Each program owns a few tiles of one request: plain 128-key tiles, shallow pipelining. A range that fits
+        # Each program owns a few tiles of one request (or of the packed ones, only when asked): plain 128-key
+        # tiles, shallow pipelining. A range that fits
         # one 64-key tile would leave half of a 128-key tile masked (2026-12-03 sweep, batch 1, 760 keys in 16
         # ranges: 8.6 us with 64-key tiles against 10.2 with 128).
         if block_n is None:
@@ -177,8 +182,8 @@ def decode_config(
             block_n = 64 if narrow else 128
         return KernelConfig(
             block_m=block_m,
-            block_n=block_n,
-            reqs_per_program=1,
+            block_n=max(block_n, 16 * reqs),
+            reqs_per_program=reqs,
             num_warps=num_warps if num_warps is not None else 4,
             num_stages=num_stages if num_stages is not None else 2,
             splits=splits,
