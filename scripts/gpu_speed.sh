@@ -144,8 +144,12 @@ gluon)
     log "Gluon prefill: one launch per smoke variant, each under a timeout (a hang costs one variant)"
     bad=0
     for v in $(python3 scripts/gluon_smoke.py --list); do
-      timeout 75 python3 scripts/gluon_smoke.py --variant "$v" >"$WORK/smoke-$v.log" 2>&1 || bad=1
+      timeout 75 python3 scripts/gluon_smoke.py --variant "$v" >"$WORK/smoke-$v.log" 2>&1
+      rc=$?
       tail -n 1 "$WORK/smoke-$v.log" | cut -c1-220
+      [ "$rc" -eq 0 ] || bad=1
+      # A hang is most likely the barrier protocol, which every variant shares: one costs 75 s, not all eight.
+      [ "$rc" -eq 124 ] && { echo "smoke: $v timed out; the other variants are not tried"; break; }
     done
     if [ "${GLUON_TESTS:-0}" = 1 ]; then
       log "offline builds and GPU tests"
