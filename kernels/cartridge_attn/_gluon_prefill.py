@@ -197,9 +197,9 @@ def _prepare_v(
     HEAD_DIM: gl.constexpr,
     STAGES: gl.constexpr,
 ):
-    """Waits for tile i's V and readies it for the PV wgmma, which the next tile's step issues. A stage is only
-    written once both consumers' PV wgmmas of the tile two back are complete: each arrives at this tile's
-    "converted" barrier after waiting for its own, one tile earlier."""
+    """Waits for tile i's V and readies it for the PV wgmma, which the next tile's step issues. Writing the stage
+    is safe: its "ready" barrier completed only after the producer found it released by both consumers, each
+    after its PV wgmma of the tile STAGES back."""
     s = i % STAGES
     mbarrier.wait(v_ready.index(s), (i // STAGES) & 1)
     if STAGE == 1:
@@ -234,15 +234,12 @@ def _softmax(
     masked,
     v_scale,
     qk_scale,
-    v_dtype: gl.constexpr,
     SCALE_P: gl.constexpr,
     BLOCK_N: gl.constexpr,
-    HEAD_DIM: gl.constexpr,
 ):
-    """One tile's online-softmax step on its scores: P as the PV wgmma's register operand, the new running max
-    and sum, and the factor the accumulator is rescaled by once the previous tile's PV is complete."""
+    """One tile's online-softmax step on its scores, in FP32 registers no wgmma reads: P, the new running max and
+    sum, and the factor the accumulator is rescaled by once the previous tile's PV is complete."""
     s_layout: gl.constexpr = _score_layout(BLOCK_N)
-    o_layout: gl.constexpr = _out_layout(HEAD_DIM)
     if masked:
         pos = first_pos + gl.arange(0, BLOCK_N, gl.SliceLayout(0, s_layout))
         scores = gl.where(pos[None, :] <= limit[:, None], scores, float("-inf"))
@@ -254,8 +251,15 @@ def _softmax(
     l_i = l_i * alpha + gl.sum(p, 1)
     if SCALE_P:
         p = p * v_scale
-    p_op = gl.convert_layout(p.to(v_dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
-    return p_op, m_new, l_i, alpha
+    return p, m_new, l_i, alpha
+
+
+@gluon.jit
+def _operand(p, v_dtype: gl.constexpr, o_layout: gl.constexpr):
+    """P as the PV wgmma's register operand. Only once the previous PV is complete: its operand registers are the
+    ones this writes, and converting earlier would make ptxas wait for that PV before the whole softmax (seen in
+    the SASS), which is what the pipelining is for."""
+    return gl.convert_layout(p.to(v_dtype), gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2))
 
 
 @gluon.jit
@@ -302,8 +306,8 @@ def _walk(
     scores = warpgroup_mma(q_smem, k_ring.index(s).permute((1, 0)), zeros, use_acc=False, is_async=True)
     scores = warpgroup_mma_wait(num_outstanding=0, deps=(scores,))
     _release(k_empty.index(s))
-    p_op, m_i, l_i, alpha = _softmax(scores, m_i, l_i, 0, limit, n_full == 0, v_scale, qk_scale,
-                                     pv_ring.dtype, SCALE_P, BLOCK_N, HEAD_DIM)  # fmt: skip
+    p, m_i, l_i, alpha = _softmax(scores, m_i, l_i, 0, limit, n_full == 0, v_scale, qk_scale, SCALE_P, BLOCK_N)
+    p_op = _operand(p, pv_ring.dtype, o_layout)
     acc = _rescale(acc, alpha, o_layout)
     conv_n = _prepare_v(i0, conv_n, v_ring, st_ring, v_ready, conv, 0, valid_end,
                         wg, STAGE, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES)  # fmt: skip
@@ -318,10 +322,11 @@ def _walk(
         # wgmma groups retire in order: one left outstanding is the PV, so the scores are complete.
         scores = warpgroup_mma_wait(num_outstanding=1, deps=(scores,))
         _release(k_empty.index(s))
-        p_op, m_new, l_i, alpha = _softmax(scores, m_i, l_i, t * BLOCK_N, limit, t >= n_full, v_scale, qk_scale,
-                                           pv_ring.dtype, SCALE_P, BLOCK_N, HEAD_DIM)  # fmt: skip
+        p, m_new, l_i, alpha = _softmax(scores, m_i, l_i, t * BLOCK_N, limit, t >= n_full, v_scale, qk_scale,
+                                        SCALE_P, BLOCK_N)  # fmt: skip
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         _release(v_empty.index(prev))
+        p_op = _operand(p, pv_ring.dtype, o_layout)
         acc = _rescale(acc, alpha, o_layout)
         m_i = m_new
         conv_n = _prepare_v(i, conv_n, v_ring, st_ring, v_ready, conv, t * BLOCK_N, valid_end,
@@ -404,10 +409,13 @@ def _consumer(
     lv_scale = gl.load(lv_scale_ptr + kvh)
     # Capped at kv_len so that a full tile is never the ragged one (a warpgroup of padding rows sees past q_len).
     n_live_full = gl.minimum(gl.minimum(gl.maximum(live_all, 0), kv_len) // BLOCK_N, n_live)
-    acc, m_i, l_i, conv_n = _walk(
-        n_cart, n_live, n_live_full, conv_n, acc, m_i, l_i, q_smem, k_ring, lv_ring, st_ring, bars, limit, kv_len,
-        lv_scale, qk_scale, wg, 1 if LV_FP8 else 2, LV_FP8, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
-    )  # fmt: skip
+    # The plan guarantees a live token per request (kv_len >= q_len >= 1); a block table from an engine that broke
+    # that promise must not leave a consumer waiting for a tile the producer never loads.
+    if n_live > 0:
+        acc, m_i, l_i, conv_n = _walk(
+            n_cart, n_live, n_live_full, conv_n, acc, m_i, l_i, q_smem, k_ring, lv_ring, st_ring, bars, limit,
+            kv_len, lv_scale, qk_scale, wg, 1 if LV_FP8 else 2, LV_FP8, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
+        )  # fmt: skip
 
     out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
     gr_o = row0 + gl.arange(0, M, gl.SliceLayout(1, o_layout))
