@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from cartridge_attn.heuristics import IMPLS
+
 from qualify.errors import QualifyError
 from qualify.perf.implementations import KERNEL_SET
 from qualify.perf.launch import run_worker
@@ -260,7 +262,7 @@ def main() -> int:
     ap.add_argument("--decode-candidates", nargs="+", metavar="R,BN,W,S,K",
                     help="with --tune: these decode configurations (requests per program, block_n, warps, stages, "
                          "splits) instead of the built-in list")  # fmt: skip
-    ap.add_argument("--prefill-impls", nargs="+", choices=["triton", "gluon"], default=["triton"],
+    ap.add_argument("--prefill-impls", nargs="+", choices=IMPLS, default=["triton"],
                     help="with --tune: the prefill implementations whose candidates are swept")  # fmt: skip
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)

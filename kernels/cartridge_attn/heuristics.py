@@ -174,9 +174,8 @@ def decode_config(
     block_m = max(16, _pow2_at_least(reqs * group))
     if splits > 1:
         # Each program owns a few tiles of one request (or of the packed ones, only when asked): plain 128-key
-        # tiles, shallow pipelining. A range that fits
-        # one 64-key tile would leave half of a 128-key tile masked (2026-12-03 sweep, batch 1, 760 keys in 16
-        # ranges: 8.6 us with 64-key tiles against 10.2 with 128).
+        # tiles, shallow pipelining. A range that fits one 64-key tile would leave half of a 128-key tile masked
+        # (2026-12-03 sweep, batch 1, 760 keys in 16 ranges: 8.6 us with 64-key tiles against 10.2 with 128).
         if block_n is None:
             narrow = cartridge_len is not None and cartridge_len + max_live <= DECODE_SPLIT_NARROW_KEYS * splits
             block_n = 64 if narrow else 128
