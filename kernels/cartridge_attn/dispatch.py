@@ -164,7 +164,8 @@ def prefill_regions(group: int, head_dim: int, num_kv_heads: int, max_query_toke
             query_rows=(r0, r1),
             num_kv_heads=num_kv_heads,
         )
-        for r0, r1 in _intervals(group, max_query_tokens * group, {cut})
+        # From two query tokens: a batch of one query in all is a decode launch (every request has one query).
+        for r0, r1 in _intervals(2 * group, max_query_tokens * group, {cut})
     ]
     return _merge(cells, "query_rows", "num_kv_heads")
 

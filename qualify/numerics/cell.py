@@ -49,7 +49,7 @@ class NumericsEnvelope(StrictModel):
 
     max_batch: int = Field(default=256, ge=1, le=4096)  # decode: requests in one step
     max_live: int = Field(default=4096, ge=1, le=1 << 17)  # decode: the longest live suffix
-    max_query_tokens: int = Field(default=4096, ge=1, le=1 << 17)  # prefill: query tokens of one batch
+    max_query_tokens: int = Field(default=4096, ge=2, le=1 << 17)  # prefill: query tokens of one batch
     random_batches: int = Field(default=4, ge=0, le=64)
     seed: int = Field(default=0, ge=0)
 

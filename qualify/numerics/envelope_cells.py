@@ -31,6 +31,9 @@ def _prefill_batch(tokens: int, rng: random.Random) -> dict[str, list[int]]:
     q_lens: list[int] = []
     while sum(q_lens) < tokens:
         q_lens.append(min(tokens - sum(q_lens), rng.choice([1, 7, 16, 17, 64, 200, 513])))
+    if len(q_lens) > 1 and max(q_lens) == 1:
+        # Every request with one query would be a decode launch, not the prefill this cell is for.
+        q_lens = [2, *q_lens[2:]]
     rng.shuffle(q_lens)
     return {"q_lens": q_lens, "live_lens": [q + rng.randint(0, _PREFILL_HISTORY_MAX) for q in q_lens]}
 
@@ -80,6 +83,6 @@ def envelope_axes(fields: dict[str, Any]) -> dict[str, list[Any]]:
                 tokens = edge["query_tokens"]
                 cells[f"edge-t{tokens}"] = _prefill_batch(tokens, rng)
         for i in range(env.random_batches):
-            tokens = rng.randint(1, env.max_query_tokens)
+            tokens = rng.randint(2, env.max_query_tokens)
             cells[f"rand{i}-s{env.seed}-t{tokens}"] = _prefill_batch(tokens, rng)
     return {"batch": [{"id": cell_id, **shape} for cell_id, shape in cells.items()]}
