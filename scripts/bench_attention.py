@@ -212,9 +212,11 @@ def sweep(
                            *(GLUON_PREFILL_CANDIDATES if "gluon" in prefill_impls else [])]  # fmt: skip
                 for cand in decode if m.phase == "decode" else prefill:
                     if m.phase == "decode":
-                        r, bn, w, s, k = cand
+                        r, bn, w, s, k, cr, cs = (*cand, 0, 0)[:7]
                         cfg = ca.decode_config(group, shape.head_dim, batch, live, reqs=r, block_n=bn, num_warps=w,
-                                               num_stages=s, splits=k)  # fmt: skip
+                                               num_stages=s, splits=k or None, cart_rows=cr or None,
+                                               cart_splits=cs or None, num_kv_heads=shape.num_kv_heads,
+                                               cartridge_len=shape.cartridge_len)  # fmt: skip
                     elif len(cand) == 3:
                         bm, bn, s = cand
                         cfg = ca.prefill_config(group, shape.head_dim, block_m=bm, block_n=bn, num_stages=s,
@@ -259,9 +261,10 @@ def main() -> int:
         "--l2", choices=["cold", "warm", "both"], default="cold", help="each layer's own buffers or one set"
     )
     ap.add_argument("--batches", nargs="+", type=int, help="with --tune: sweep only these batches")
-    ap.add_argument("--decode-candidates", nargs="+", metavar="R,BN,W,S,K",
+    ap.add_argument("--decode-candidates", nargs="+", metavar="R,BN,W,S,K[,CR,CS]",
                     help="with --tune: these decode configurations (requests per program, block_n, warps, stages, "
-                         "splits) instead of the built-in list")  # fmt: skip
+                         "splits; a decode cascade's rows per tile and cartridge ranges, 0 for the default) instead "
+                         "of the built-in list")  # fmt: skip
     ap.add_argument("--prefill-impls", nargs="+", choices=IMPLS, default=["triton"],
                     help="with --tune: the prefill implementations whose candidates are swept")  # fmt: skip
     args = ap.parse_args()
@@ -272,8 +275,8 @@ def main() -> int:
             candidates = [tuple(int(x) for x in c.split(",")) for c in args.decode_candidates]
         except ValueError:
             ap.error(f"--decode-candidates: integers R,BN,W,S,K, got {args.decode_candidates}")
-        if any(len(c) != 5 for c in candidates):
-            ap.error(f"--decode-candidates: five integers each (R,BN,W,S,K), got {args.decode_candidates}")
+        if any(len(c) not in (5, 6, 7) for c in candidates):
+            ap.error(f"--decode-candidates: 5 to 7 integers each (R,BN,W,S,K[,CR,CS]), got {args.decode_candidates}")
     wanted = {"decode": ["decode_tokens_per_s"], "prefill": ["ttft_proxy_ms"]}.get(args.only, list(PHASES))
     env = {
         "commit": args.commit,

@@ -4,6 +4,9 @@
 #
 #   bash scripts/gpu_speed.sh sweep <commit>     (carry .gpu)  the kernel's GPU tests, then the decode and prefill
 #        configuration sweeps (bench_attention.py --tune --sweep-only): what the dispatch table is chosen from
+#   CANDIDATES="1,128,4,2,2 ..." bash scripts/gpu_speed.sh cascade <commit>   (carry .gpu) the decode cascade's GPU
+#        tests, then a decode sweep (BATCHES, default 1 16 64) of the given candidates (R,BN,W,S,K[,CR,CS]; 0 for a
+#        default) with a table of per-layer times
 #   bash scripts/gpu_speed.sh shapes <commit>    (carry .gpu/setup.sh, .vllm/1, .vllm/MANIFEST, .vllm/stage.sh)
 #        stages vLLM part 1; the measurement record's other shapes (page 16, head_dim 64, a GQA group of 3) with the
 #        L2 cold, and the Qwen3-8B shape with the L2 warm, fused K16/V8 beside FlashInfer over shared pages
@@ -77,6 +80,30 @@ sweep)
     timeout "${SWEEP_TIMEOUT:-330}" python3 scripts/bench_attention.py --out "$OUT" --commit "$commit" --tune \
       --sweep-only >"$OUT/sweep.log" 2>&1
     echo "sweep exit $?"
+  } 2>&1 | tee "$OUT/step.log"
+  ;;
+cascade)
+  {
+    source .gpu/setup.sh
+    gpu
+    log "kernel GPU tests: the decode cascade and the fused kernel's small shapes"
+    timeout "${TEST_TIMEOUT:-240}" python3 -m pytest tests/kernels/test_cartridge_attn_gpu.py \
+      tests/kernels/test_cartridge_attn_interpreter.py -q -rs -n 8 -p no:cacheprovider >"$OUT/tests.log" 2>&1
+    echo "pytest exit $?"
+    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/tests.log" | tail -n 12
+    log "decode sweep: the defaults beside cascades (R,BN,W,S,K,CR,CS)"
+    # shellcheck disable=SC2086
+    timeout "${SWEEP_TIMEOUT:-330}" python3 scripts/bench_attention.py --out "$OUT" --commit "$commit" --tune \
+      --sweep-only --only decode --batches ${BATCHES:-1 16 64} --decode-candidates ${CANDIDATES:?} >"$OUT/sweep.log" 2>&1
+    echo "sweep exit $?"
+    python3 - "$OUT/sweep.json" <<'PY'
+import json, sys
+rows = json.load(open(sys.argv[1]))["sweep"]
+for r in rows:
+    c = r["config"]
+    tag = f"r{c['reqs_per_program']}n{c['block_n']}w{c['num_warps']}s{c['num_stages']}k{c['splits']}c{c['cart_rows']}x{c['cart_splits']}"
+    print(f"{r['batch']:>3} {r['tokens']:>5} {tag:<24} {r.get('per_layer_us', r.get('error', ''))!s:.60}")
+PY
   } 2>&1 | tee "$OUT/step.log"
   ;;
 shapes)

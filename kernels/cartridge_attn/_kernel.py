@@ -26,6 +26,9 @@ import triton.language as tl
 # The shapes the specialization covers and the launch heuristics live in a module without torch or triton, so
 # that gate files can be expanded and linted against the dispatch without importing either.
 from .heuristics import (  # noqa: F401  (re-exported: the API and the tests read them as _kernel.*)
+    CASCADE_BLOCK_N,
+    CASCADE_ROWS,
+    CASCADE_SPLITS_MAX,
     DECODE_PACK_MIN_BATCH,
     DECODE_SPLIT_KEYS,
     DECODE_SPLIT_MAX,
@@ -114,6 +117,26 @@ def _attend(
     return acc, m_new, l_i
 
 
+@triton.jit
+def _merge_states(o_ptr, ml_ptr, rows, ok, state_rows, offs_d, STATES: tl.constexpr, HEAD_DIM: tl.constexpr):
+    """The exact merge of STATES online-softmax states of ``rows`` (state ``s`` of row ``r``: accumulator at
+    ``o_ptr[(s * state_rows + r) * HEAD_DIM:]``, max and sum at ``ml_ptr[2 * s * state_rows + r]`` and
+    ``[... + state_rows + r]``, the max in scaled log2 units). Rows not ``ok`` come out empty: max -inf, sum 0."""
+    m = tl.full(rows.shape, float("-inf"), tl.float32)
+    for s in tl.static_range(STATES):
+        m = tl.maximum(m, tl.load(ml_ptr + 2 * s * state_rows + rows, mask=ok, other=float("-inf")))
+    l_sum = tl.zeros(rows.shape, tl.float32)
+    acc = tl.zeros([rows.shape[0], HEAD_DIM], tl.float32)
+    m_ref = tl.where(m == float("-inf"), 0.0, m)
+    for s in tl.static_range(STATES):
+        m_s = tl.load(ml_ptr + 2 * s * state_rows + rows, mask=ok, other=float("-inf"))
+        w = tl.where(m_s == float("-inf"), 0.0, tl.math.exp2(m_s - m_ref))  # an empty state weighs 0
+        l_sum += w * tl.load(ml_ptr + (2 * s + 1) * state_rows + rows, mask=ok, other=0.0)
+        part = o_ptr + (s * state_rows + rows).to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
+        acc += w[:, None] * tl.load(part, mask=ok[:, None], other=0.0)
+    return m, l_sum, acc
+
+
 # ---------------------------------------------------------------------------------------------------
 # The kernel.
 # ---------------------------------------------------------------------------------------------------
@@ -141,6 +164,8 @@ def cartridge_attn_kernel(
     split_o_ptr,
     split_ml_ptr,
     split_count_ptr,
+    cart_o_ptr,
+    cart_ml_ptr,
     num_reqs,
     cart_len,
     qk_scale,
@@ -172,6 +197,7 @@ def cartridge_attn_kernel(
     SPLITS: tl.constexpr,
     WARP_SPEC: tl.constexpr,
     CART_TMA: tl.constexpr,
+    CART_STATES: tl.constexpr = 0,
 ):
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -183,7 +209,9 @@ def cartridge_attn_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     BN_R: tl.constexpr = BLOCK_N // REQS  # live columns per request per tile
-    EMPTY_ROWS: tl.constexpr = SPLITS > 1 and REQS > 1
+    # A range of live keys only, past a short packed request's end, masks every key of that request's rows; so
+    # does, for every row, a range that starts with no cartridge state (a cascade's later splits).
+    EMPTY_ROWS: tl.constexpr = SPLITS > 1 and (REQS > 1 or CART_STATES > 0)
 
     if DECODE:
         row_req_local = offs_m // GROUP
@@ -240,18 +268,31 @@ def cartridge_attn_kernel(
 
     # ---- cartridge: dense rows [0, cart_len), no page table ------------------------------------
     n_cart = cart_len
+    if CART_STATES > 0:
+        # Decode cascade: `cartridge_cascade_kernel` attended every request's rows over the cartridge, many rows
+        # per tile, in the launch before; its CART_STATES partial states of these rows are merged into the
+        # starting state of the (first) range, and this program walks live keys only.
+        n_cart = 0
+        st_rows = row_req * (tl.num_programs(1) * GROUP) + heads
+        st_ok = row_ok
+        if SPLITS > 1:
+            st_ok = st_ok & (offs_m * 0 + split == 0)  # a vector mask: the interpreter takes no scalar in it
+        m_i, l_i, acc = _merge_states(
+            cart_o_ptr, cart_ml_ptr, st_rows, st_ok, num_reqs * tl.num_programs(1) * GROUP, offs_d,
+            CART_STATES, HEAD_DIM,
+        )  # fmt: skip
     ck_base = ck_ptr + kvh * stride_ckh
     cv_base = cv_ptr + kvh * stride_cvh
     if SPLITS > 1:
         # This program's keys: one tile-aligned range [lo, hi) of the cartridge followed by the live suffix.
-        total = cart_len + live_end
+        total = n_cart + live_end
         chunk = tl.cdiv(tl.cdiv(total, SPLITS), BLOCK_N) * BLOCK_N
         lo = split * chunk
         hi = tl.maximum(tl.minimum(lo + chunk, total), lo)  # a short request leaves its last splits empty
         c_lo = tl.minimum(lo, n_cart)
         c_hi = tl.minimum(hi, n_cart)
-        l_lo = tl.maximum(lo - cart_len, 0)
-        l_hi = tl.maximum(hi - cart_len, 0)
+        l_lo = tl.maximum(lo - n_cart, 0)
+        l_hi = tl.maximum(hi - n_cart, 0)
     else:
         c_lo = 0
         c_hi = n_cart
@@ -290,8 +331,8 @@ def cartridge_attn_kernel(
                 acc, m_i, l_i, q, k, v, ok[None, :], cv_scale, qk_scale, True, CV_FP8, False, DOT_F32
             )
     # The cartridge's per-head V scale is constant over the whole cartridge: applied once to the
-    # accumulator here (a [M, D] multiply) instead of to every P tile.
-    if CV_FP8:
+    # accumulator here (a [M, D] multiply) instead of to every P tile (a cascade's states carry it already).
+    if CV_FP8 and CART_STATES == 0:
         acc = acc * cv_scale
 
     # ---- live suffix through the page table ----------------------------------------------------

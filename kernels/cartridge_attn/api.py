@@ -20,6 +20,7 @@ from typing import Any, Literal
 import torch
 
 from . import _kernel as K
+from ._cascade import cartridge_cascade_kernel
 from .errors import NotPlannedError, UnsupportedArchitectureError, UnsupportedLayoutError
 from .launch import DirectLaunches, pointer_specialization
 from .paging import split_combined_kv
@@ -117,6 +118,7 @@ class LayerOperands:
     num_pages: int
     signature: tuple
     launches: DirectLaunches | None = field(default=None, compare=False, repr=False)
+    cascade_launches: DirectLaunches | None = field(default=None, compare=False, repr=False)
     # TMA descriptors by tile height (and, for the Gluon prefill, page size), built on the first launch that needs
     # them (they never change while the operands live).
     descriptors: dict[Any, tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
@@ -146,19 +148,25 @@ def _cartridge_descriptor(name: str, t: torch.Tensor, block_n: int) -> Any:
 
 
 def _split_workspace(
-    cfg: K.KernelConfig, batch: int, num_kv_heads: int, head_dim: int, dev: torch.device
+    cfg: K.KernelConfig, batch: int, num_kv_heads: int, num_qo_heads: int, head_dim: int, dev: torch.device
 ) -> dict[str, torch.Tensor]:
     """Split decode's partial states (fp32 accumulators, max and sum per row) and its arrival counters, which
-    the combining program re-arms to 0; one-element stand-ins when the launch does not split."""
-    if cfg.splits == 1:
-        one = torch.zeros(1, dtype=torch.float32, device=dev)
-        return {"split_o": one, "split_ml": one, "split_count": torch.zeros(1, dtype=torch.int32, device=dev)}
-    states = batch * num_kv_heads * cfg.splits
-    return {
-        "split_o": torch.empty(states * cfg.block_m * head_dim, dtype=torch.float32, device=dev),
-        "split_ml": torch.empty(states * 2 * cfg.block_m, dtype=torch.float32, device=dev),
-        "split_count": torch.zeros(batch * num_kv_heads, dtype=torch.int32, device=dev),
-    }
+    the combining program re-arms to 0, and a decode cascade's cartridge states; one-element stand-ins for what
+    the launch does not use."""
+    f32 = {"dtype": torch.float32, "device": dev}
+    one = torch.zeros(1, **f32)
+    tensors = {"split_o": one, "split_ml": one, "split_count": torch.zeros(1, dtype=torch.int32, device=dev)}
+    if cfg.splits > 1:
+        states = batch * num_kv_heads * cfg.splits
+        tensors = {
+            "split_o": torch.empty(states * cfg.block_m * head_dim, **f32),
+            "split_ml": torch.empty(states * 2 * cfg.block_m, **f32),
+            "split_count": torch.zeros(batch * num_kv_heads, dtype=torch.int32, device=dev),
+        }
+    rows = batch * num_qo_heads * cfg.cart_splits if cfg.cart_rows else 0
+    tensors["cart_o"] = torch.empty(rows * head_dim, **f32) if rows else one
+    tensors["cart_ml"] = torch.empty(rows * 2, **f32) if rows else one
+    return tensors
 
 
 def _as_host_ints(name: str, t: torch.Tensor, dim: int = 1) -> torch.Tensor:
@@ -359,6 +367,7 @@ class CartridgeAttention:
         self._plan: Plan | None = None
         self._ones: dict[tuple[torch.device, int], torch.Tensor] = {}
         self.last_compiled: Any = None
+        self.last_cascade_compiled: Any = None  # a decode cascade's first launch (`_cascade`), else None
 
     @property
     def plan_info(self) -> Plan:
@@ -542,7 +551,7 @@ class CartridgeAttention:
             tensors["tile_row"] = tile_row.to(**i32)
             n_prog = tile_req.numel()
 
-        tensors.update(_split_workspace(config, batch, num_kv_heads, head_dim, dev))
+        tensors.update(_split_workspace(config, batch, num_kv_heads, num_qo_heads, head_dim, dev))
         self._plan = Plan(
             mode=mode,
             batch=batch,
@@ -696,7 +705,7 @@ class CartridgeAttention:
         if workspace is not None:
             tensors.update(workspace.split_views(config, batch))
         else:
-            tensors.update(_split_workspace(config, batch, num_kv_heads, head_dim, dev))
+            tensors.update(_split_workspace(config, batch, num_kv_heads, num_qo_heads, head_dim, dev))
         self._plan = Plan(
             mode=mode,
             batch=batch,
@@ -741,8 +750,10 @@ class CartridgeAttention:
                 )
             if cfg.cartridge_tma:
                 raise UnsupportedLayoutError("decode config cartridge_tma", "False (a prefill option)", True)
-        elif cfg.reqs_per_program != 1 or cfg.splits != 1:
-            raise UnsupportedLayoutError("prefill config reqs_per_program / splits", "1 / 1", cfg.as_dict())
+        elif cfg.reqs_per_program != 1 or cfg.splits != 1 or cfg.cart_rows:
+            raise UnsupportedLayoutError(
+                "prefill config reqs_per_program / splits / cart_rows", "1 / 1 / 0", cfg.as_dict()
+            )
 
     # -----------------------------------------------------------------------------------------------
     def _scale(
@@ -831,6 +842,7 @@ class CartridgeAttention:
             num_pages=n_pages,
             signature=p.operand_signature,
             launches=DirectLaunches(K.cartridge_attn_kernel) if direct_launch else None,
+            cascade_launches=DirectLaunches(cartridge_cascade_kernel) if direct_launch else None,
         )
 
     def run(
@@ -915,8 +927,9 @@ class CartridgeAttention:
         ck_desc, cv_desc = layer.cartridge_descriptors(cfg.block_n) if cfg.cartridge_tma else (None, None)
         plan_tensors = (
             t["qo_indptr"], t["kv_indptr"], t["kv_indices"], t["kv_len"], t["tile_req"], t["tile_row"],
-            t["split_o"], t["split_ml"], t["split_count"],
+            t["split_o"], t["split_ml"], t["split_count"], t["cart_o"], t["cart_ml"],
         )  # fmt: skip
+        self.last_cascade_compiled = self._launch_cascade(q, layer, cfg, qk_scale) if cfg.cart_rows else None
         args = (
             q, out, ck, cv, ck_desc, cv_desc, layer.cartridge_v_scale, live_k, live_v, layer.live_v_scale,
             *plan_tensors,
@@ -932,7 +945,7 @@ class CartridgeAttention:
             "DECODE": p.mode == "decode", "CAUSAL": p.causal,
             "CV_FP8": p.cartridge_v_dtype == K.FP8_DTYPE, "LV_FP8": p.live_v_dtype == K.FP8_DTYPE,
             "DOT_F32": K.INTERPRETED, "SPLITS": cfg.splits, "WARP_SPEC": cfg.warp_specialize,
-            "CART_TMA": cfg.cartridge_tma,
+            "CART_TMA": cfg.cartridge_tma, "CART_STATES": cfg.cart_splits if cfg.cart_rows else 0,
         }  # fmt: skip
         options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
         if layer.launches is None:
@@ -947,3 +960,24 @@ class CartridgeAttention:
         )  # fmt: skip
         self.last_compiled = layer.launches.launch(p.grid, key, args, constexprs, options)
         return out
+
+    def _launch_cascade(self, q: torch.Tensor, layer: LayerOperands, cfg: K.KernelConfig, qk_scale: float) -> Any:
+        """A decode cascade's first launch: every request's rows over the cartridge, into the plan's states."""
+        p = self.plan_info
+        t = p.tensors
+        group = p.num_qo_heads // p.num_kv_heads
+        ck, cv = layer.cartridge_k, layer.cartridge_v
+        grid = (-(-p.batch * group // cfg.cart_rows), p.num_kv_heads, cfg.cart_splits)
+        args = (
+            q, ck, cv, layer.cartridge_v_scale, t["cart_o"], t["cart_ml"], p.batch, p.cartridge_len, qk_scale,
+            q.stride(0), q.stride(1), ck.stride(0), ck.stride(1), cv.stride(0), cv.stride(1),
+        )  # fmt: skip
+        constexprs = {
+            "GROUP": group, "HEAD_DIM": p.head_dim, "BLOCK_M": cfg.cart_rows, "BLOCK_N": K.CASCADE_BLOCK_N,
+            "CART_SPLITS": cfg.cart_splits, "CV_FP8": p.cartridge_v_dtype == K.FP8_DTYPE, "DOT_F32": K.INTERPRETED,
+        }  # fmt: skip
+        options = {"num_warps": max(4, cfg.cart_rows // 16), "num_stages": 2}
+        if layer.cascade_launches is None:
+            return cartridge_cascade_kernel[grid](*args, **constexprs, **options)
+        key = (cfg, q.stride(0), q.stride(1), *pointer_specialization((q, t["cart_o"], t["cart_ml"])))
+        return layer.cascade_launches.launch(grid, key, args, constexprs, options)

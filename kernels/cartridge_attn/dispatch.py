@@ -208,6 +208,8 @@ class Specialization:
     warp_specialize: bool = False
     cartridge_tma: bool = False
     impl: str = "triton"
+    cart_rows: int = 0
+    cart_splits: int = 1
 
     @property
     def key(self) -> str:
@@ -221,7 +223,7 @@ class Specialization:
     def config(self) -> K.KernelConfig:
         return K.KernelConfig(
             self.block_m, self.block_n, self.reqs_per_program, self.num_warps, self.num_stages, self.splits,
-            self.warp_specialize, self.cartridge_tma, self.impl,
+            self.warp_specialize, self.cartridge_tma, self.impl, self.cart_rows, self.cart_splits,
         )  # fmt: skip
 
 
@@ -246,4 +248,6 @@ def specialization_of(plan: Plan) -> Specialization:
         warp_specialize=c.warp_specialize,
         cartridge_tma=c.cartridge_tma,
         impl=c.impl,
+        cart_rows=c.cart_rows,
+        cart_splits=c.cart_splits,
     )

@@ -49,6 +49,13 @@ class KernelConfig:
         TMA descriptors) instead of per-thread pointer gathers, which frees the address registers and issue slots
         of the cartridge loop; the paged live suffix keeps its gathers (a page is smaller than a tile). The
         cartridge's heads must then be ``head_dim`` apart (``stride(1) == head_dim``) and 16-byte aligned.
+    cart_rows : int
+        Decode only: 0, or the query rows per tile of the cascade launch (`_cascade`) that attends every request
+        over the cartridge before the fused kernel walks the live pages from its states; a power of two, 16 to
+        128 (4 warps per 64 rows).
+    cart_splits : int
+        Decode only, with ``cart_rows``: the cascade's programs per row tile, each over its own range of the
+        cartridge.
     impl : str
         ``"triton"``: the Triton kernel (`_kernel`). ``"gluon"``: prefill only, the warp-specialized Gluon kernel
         (`_gluon_prefill`): a TMA producer warp and ``block_m // 64`` consumer warpgroups; ``num_warps`` is then
@@ -64,6 +71,8 @@ class KernelConfig:
     warp_specialize: bool = False
     cartridge_tma: bool = False
     impl: str = "triton"
+    cart_rows: int = 0
+    cart_splits: int = 1
 
     def __post_init__(self) -> None:
         if self.impl not in IMPLS:
@@ -82,6 +91,16 @@ class KernelConfig:
             raise ValueError(f"warp_specialize needs 4 warps, one request per program and no split: {self}")
         if self.cartridge_tma and (self.reqs_per_program != 1 or self.splits != 1):
             raise ValueError(f"cartridge_tma is a prefill option (one request per program, no split): {self}")
+        if self.cart_rows and (
+            self.cart_rows not in CASCADE_ROWS or not 1 <= self.cart_splits <= CASCADE_SPLITS_MAX
+            or self.impl != "triton" or self.warp_specialize or self.cartridge_tma
+        ):  # fmt: skip
+            raise ValueError(
+                f"a decode cascade takes cart_rows in {CASCADE_ROWS} and 1 to {CASCADE_SPLITS_MAX} cart_splits, "
+                f"on the Triton kernel without prefill options: {self}"
+            )
+        if not self.cart_rows and self.cart_splits != 1:
+            raise ValueError(f"cart_splits without cart_rows: {self}")
 
     def as_dict(self) -> dict[str, int | bool]:
         return asdict(self)
@@ -89,14 +108,15 @@ class KernelConfig:
     @property
     def tag(self) -> str:
         """A short name, e.g. ``m16n128r2w4s3`` (block_m, block_n, reqs_per_program, warps, stages), ``k4``
-        appended for 4 splits, ``tma`` for TMA cartridge loads, ``ws`` for warp specialization and ``gl`` for the
-        Gluon implementation."""
+        appended for 4 splits, ``c64x5`` for a decode cascade of 64-row tiles over 5 cartridge ranges, ``tma`` for
+        TMA cartridge loads, ``ws`` for warp specialization and ``gl`` for the Gluon implementation."""
         split = f"k{self.splits}" if self.splits > 1 else ""
         tma = "tma" if self.cartridge_tma else ""
         ws = "ws" if self.warp_specialize else ""
         gl = "gl" if self.impl == "gluon" else ""
+        cascade = f"c{self.cart_rows}x{self.cart_splits}" if self.cart_rows else ""
         shape = f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}"
-        return f"{shape}{split}{tma}{ws}{gl}"
+        return f"{shape}{split}{cascade}{tma}{ws}{gl}"
 
 
 # The prefill implementations; the dispatch uses the Triton one until the Gluon one is qualified on a GPU and measured
@@ -117,6 +137,9 @@ GPU_SMS = 132  # the H200's SMs: decode splits each (request, KV head) while bat
 DECODE_SPLIT_KEYS = 32  # ... into ranges of at least this many cartridge + live keys ...
 DECODE_SPLIT_MAX = 16  # ... at most this many, a power of two ...
 DECODE_SPLIT_NARROW_KEYS = 64  # ... and a range of at most this many keys takes 64-key tiles, not 128
+CASCADE_ROWS: tuple[int, ...] = (16, 32, 64, 128)  # a decode cascade's rows per tile ...
+CASCADE_SPLITS_MAX = 16  # ... and its most cartridge ranges per row tile
+CASCADE_BLOCK_N = 64  # its keys per tile
 PREFILL_GRID_SMS = GPU_SMS  # fewer 128-row tiles x KV heads than this: prefill drops to 64-row tiles
 
 
@@ -150,6 +173,8 @@ def decode_config(
     block_n: int | None = None,
     num_warps: int | None = None,
     num_stages: int | None = None,
+    cart_rows: int | None = None,
+    cart_splits: int | None = None,
 ) -> KernelConfig:
     """Decode configuration; the defaults follow the H200 sweep recorded in results/2026-11-29-kernel-h200/.
 
@@ -159,7 +184,40 @@ def decode_config(
     would leave SMs idle splits each request's keys over several programs instead (``decode_splits``); without
     them (or with ``splits=1``) it never splits. A split packs requests only when ``reqs`` says so: then the
     packed requests share each cartridge tile of every range.
+
+    With ``cart_rows`` (a decode cascade, `_cascade`), the fused kernel walks the live pages only, so its split
+    count follows the live keys; ``cart_splits`` then defaults to ranges of about ``CASCADE_BLOCK_N`` keys each,
+    as many as fill the SMs.
     """
+    cascade = cart_rows or 0
+    if cascade:
+        if cart_splits is None:
+            tiles = -(-batch * group // cascade) * (num_kv_heads or 1)
+            ranges = -(-(cartridge_len or CASCADE_BLOCK_N) // CASCADE_BLOCK_N)
+            cart_splits = max(1, min(ranges, -(-GPU_SMS // tiles), CASCADE_SPLITS_MAX))
+        cartridge_len = 0 if cartridge_len is not None else None
+    cfg = _decode_walk_config(
+        group, batch, max_live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len, splits=splits, reqs=reqs,
+        block_n=block_n, num_warps=num_warps, num_stages=num_stages,
+    )  # fmt: skip
+    return replace(cfg, cart_rows=cascade, cart_splits=cart_splits or 1) if cascade else cfg
+
+
+def _decode_walk_config(
+    group: int,
+    batch: int,
+    max_live: int,
+    *,
+    num_kv_heads: int | None,
+    cartridge_len: int | None,
+    splits: int | None,
+    reqs: int | None,
+    block_n: int | None,
+    num_warps: int | None,
+    num_stages: int | None,
+) -> KernelConfig:
+    """The fused decode kernel's own walk: over the cartridge and the live pages, or (``cartridge_len`` 0, a
+    cascade) over the live pages alone."""
     explicit_reqs = reqs is not None
     if reqs is None:
         reqs = 2 if batch >= DECODE_PACK_MIN_BATCH else 1

@@ -19,7 +19,7 @@ __all__ = ["DecodeWorkspace"]
 
 
 class DecodeWorkspace:
-    """Split-decode states, arrival counters and page-list offsets for batches up to `max_batch`.
+    """Split-decode states, arrival counters, decode-cascade states and page-list offsets for batches up to `max_batch`.
 
     Parameters
     ----------
@@ -59,7 +59,7 @@ class DecodeWorkspace:
             self.device = torch.device("cuda", torch.cuda.current_device())
         # The largest state any default decode configuration inside the bounds asks for; fewer live keys never
         # split into more ranges, so the bound's configurations are the largest ones.
-        rows = ml = 1
+        rows = ml = cart = 1
         for batch in range(1, max_batch + 1):
             cfg = K.decode_config(
                 group, head_dim, batch, max_live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len
@@ -68,9 +68,14 @@ class DecodeWorkspace:
                 states = batch * num_kv_heads * cfg.splits
                 rows = max(rows, states * cfg.block_m * head_dim)
                 ml = max(ml, states * 2 * cfg.block_m)
+            if cfg.cart_rows:
+                cart = max(cart, batch * num_qo_heads * cfg.cart_splits)
         f32 = {"dtype": torch.float32, "device": self.device}
+        self.num_qo_heads = num_qo_heads
         self.split_o = torch.empty(rows, **f32)
         self.split_ml = torch.empty(ml, **f32)
+        self.cart_o = torch.empty(cart * head_dim, **f32)
+        self.cart_ml = torch.empty(cart * 2, **f32)
         self.split_count = torch.zeros(max_batch * num_kv_heads, dtype=torch.int32, device=self.device)
         self.unused = torch.zeros(1, dtype=torch.int32, device=self.device)  # decode's prefill-tile arguments
         self._row_starts: dict[int, torch.Tensor] = {}
@@ -89,8 +94,10 @@ class DecodeWorkspace:
     def split_views(self, config: K.KernelConfig, batch: int) -> dict[str, torch.Tensor]:
         """The split-decode arguments of one launch, as views of the workspace."""
         self.check_batch(batch)
+        views = self._cascade_views(config, batch)
         if config.splits == 1:
-            return {"split_o": self.split_o[:1], "split_ml": self.split_ml[:1], "split_count": self.split_count[:1]}
+            views.update(split_o=self.split_o[:1], split_ml=self.split_ml[:1], split_count=self.split_count[:1])
+            return views
         states = batch * self.num_kv_heads * config.splits
         need_o, need_ml = states * config.block_m * self.head_dim, states * 2 * config.block_m
         if need_o > self.split_o.numel() or need_ml > self.split_ml.numel():
@@ -99,11 +106,25 @@ class DecodeWorkspace:
                 f"room for {states} split states of {config.block_m} rows (allocate it for this batch and bound)",
                 f"{self.split_o.numel() // (config.block_m * self.head_dim)} states",
             )
-        return {
-            "split_o": self.split_o[:need_o],
-            "split_ml": self.split_ml[:need_ml],
-            "split_count": self.split_count[: batch * self.num_kv_heads],
-        }
+        views.update(
+            split_o=self.split_o[:need_o],
+            split_ml=self.split_ml[:need_ml],
+            split_count=self.split_count[: batch * self.num_kv_heads],
+        )
+        return views
+
+    def _cascade_views(self, config: K.KernelConfig, batch: int) -> dict[str, torch.Tensor]:
+        """A decode cascade's cartridge states (one-element stand-ins without a cascade)."""
+        if not config.cart_rows:
+            return {"cart_o": self.cart_o[:1], "cart_ml": self.cart_ml[:1]}
+        rows = batch * self.num_qo_heads * config.cart_splits
+        if rows * self.head_dim > self.cart_o.numel():
+            raise UnsupportedLayoutError(
+                "decode workspace",
+                f"room for {rows} cascade rows (allocate it for this batch and bound)",
+                f"{self.cart_o.numel() // self.head_dim} rows",
+            )
+        return {"cart_o": self.cart_o[: rows * self.head_dim], "cart_ml": self.cart_ml[: rows * 2]}
 
     def check_batch(self, batch: int) -> None:
         if not 1 <= batch <= self.max_batch:

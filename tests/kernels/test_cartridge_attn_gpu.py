@@ -46,6 +46,23 @@ def test_qwen_decode(cart_v: torch.dtype, reqs: int | None) -> None:
 
 
 @pytest.mark.parametrize(
+    ("batch", "cart_rows", "cart_splits", "reqs", "splits"),
+    [(16, 64, 5, 1, 2), (64, 64, 2, 2, 1), (37, 128, 3, 1, 1), (64, 16, 1, 1, 1)],
+    ids=["b16-c64x5-k2", "b64-c64x2-r2", "b37-c128x3", "b64-c16x1"],
+)
+def test_qwen_decode_cascade(batch: int, cart_rows: int, cart_splits: int, reqs: int, splits: int) -> None:
+    # bf16 dots and the FP8 cartridge V as compiled for SM90: the cascade's states merged into the live walk.
+    live = torch.randint(1, 1100, (batch,)).tolist()
+    pr = random_problem([1] * batch, live, cartridge_v_dtype=V8, device=CUDA, **QWEN)
+    pr.poison_free_slots()
+    cfg = decode_config(4, 128, batch, max(live), reqs=reqs, splits=splits, cart_rows=cart_rows,
+                        cart_splits=cart_splits)  # fmt: skip
+    o = run_fused(pr, config=cfg)
+    assert o.attn.last_cascade_compiled is not None
+    assert_matches(o)
+
+
+@pytest.mark.parametrize(
     ("cart_v", "block_m", "ws", "tma"),
     [
         (V8, None, False, False), (V16, None, False, False), (V8, 64, False, False), (V8, 128, True, False),

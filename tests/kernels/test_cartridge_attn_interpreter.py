@@ -153,6 +153,36 @@ def test_packed_split_decode_matches_the_reference(reqs: int, splits: int, kerne
 
 
 @pytest.mark.parametrize(
+    ("group", "cart_rows", "cart_splits", "reqs", "splits"),
+    [
+        (4, 16, 1, 1, 1),  # one range; 4 requests per row tile
+        (4, 16, 3, 2, 1),  # ragged ranges (40 keys in 16-key tiles); packed live walk
+        (3, 32, 8, 1, 4),  # group 3: tiles cut requests mid-way; empty cascade ranges; split live walk
+        (4, 64, 2, 2, 2),  # one tile holds every request's rows; packed and split live walk
+    ],
+)
+def test_decode_cascade_matches_the_reference(
+    group: int, cart_rows: int, cart_splits: int, reqs: int, splits: int, kernel_device: torch.device
+) -> None:
+    # Uneven live lengths, NaN in the cache's free slots, an FP8 cartridge V with its scale; a second launch of the
+    # same plan gives the same bits (the cascade's states are rewritten, the split counters re-armed).
+    live = [1, 30, 8, 17, 3, 45, 2]
+    pr = random_problem([1] * len(live), live, num_qo_heads=2 * group, num_kv_heads=2, cartridge_len=40,
+                        device=kernel_device, cartridge_v_dtype=torch.float8_e4m3fn)  # fmt: skip
+    pr.poison_free_slots()
+    cfg = decode_config(group, 64, len(live), max(live), reqs=reqs, splits=splits, block_n=16 * reqs,
+                        cart_rows=cart_rows, cart_splits=cart_splits)  # fmt: skip
+    assert (cfg.cart_rows, cfg.cart_splits, cfg.reqs_per_program, cfg.splits) == (cart_rows, cart_splits, reqs, splits)
+    first = run_fused(pr, mode="decode", config=cfg)
+    assert_matches(first)
+    assert first.attn.last_cascade_compiled is not None or not torch.cuda.is_available()
+    assert kernel_identity(first.attn)["specialization"].endswith(f"c{cart_rows}x{cart_splits}")
+    assert int(first.attn.plan_info.tensors["split_count"].sum()) == 0
+    again = launch_again(first, pr)
+    assert torch.equal(again.view(torch.int16), first.out.view(torch.int16))
+
+
+@pytest.mark.parametrize(
     ("live_lens", "reqs", "block_n"),
     [
         ([5, 1, 9, 17, 8] + [3] * 28, 2, 128),  # batch 33: the tuned decode packs 2 requests per program
