@@ -88,7 +88,8 @@ cascade)
     gpu
     log "kernel GPU tests: the decode cascade and the fused kernel's small shapes"
     timeout "${TEST_TIMEOUT:-240}" python3 -m pytest tests/kernels/test_cartridge_attn_gpu.py \
-      tests/kernels/test_cartridge_attn_interpreter.py -q -rs -n 8 -p no:cacheprovider >"$OUT/tests.log" 2>&1
+      tests/kernels/test_cartridge_attn_interpreter.py -q -rs -n 8 -p no:cacheprovider -k "${TESTS_K:-cascade or decode}" \
+      >"$OUT/tests.log" 2>&1
     echo "pytest exit $?"
     grep -E "passed|failed|^FAILED|^ERROR" "$OUT/tests.log" | tail -n 12
     log "decode sweep: the defaults beside cascades (R,BN,W,S,K,CR,CS)"

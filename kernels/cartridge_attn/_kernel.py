@@ -27,6 +27,9 @@ import triton.language as tl
 # that gate files can be expanded and linted against the dispatch without importing either.
 from .heuristics import (  # noqa: F401  (re-exported: the API and the tests read them as _kernel.*)
     CASCADE_BLOCK_N,
+    CASCADE_DEFAULT_ROWS,
+    CASCADE_MIN_BATCH,
+    CASCADE_RANGE_KEYS,
     CASCADE_ROWS,
     CASCADE_SPLITS_MAX,
     DECODE_PACK_MIN_BATCH,
@@ -44,6 +47,8 @@ from .heuristics import (  # noqa: F401  (re-exported: the API and the tests rea
     SUPPORTED_HEAD_DIMS,
     SUPPORTED_PAGE_SIZES,
     KernelConfig,
+    cascade_by_default,
+    cascade_rows,
     decode_config,
     gluon_shared_bytes,
     prefill_config,

@@ -358,12 +358,18 @@ class CartridgeAttention:
     >>> out = attn.run(q, cartridge_k, cartridge_v, (live_k, live_v))    # doctest: +SKIP
     """
 
-    def __init__(self, prefill_impl: str = "triton") -> None:
+    def __init__(self, prefill_impl: str = "triton", decode_cascade: bool | None = None) -> None:
         """``prefill_impl`` picks the prefill kernel of default configurations: ``"triton"`` (the qualified
-        default) or ``"gluon"`` (the warp-specialized Gluon kernel, SM90 with Triton 3.6; `gluon_host`)."""
+        default) or ``"gluon"`` (the warp-specialized Gluon kernel, SM90 with Triton 3.6; `gluon_host`).
+        ``decode_cascade`` makes every default decode configuration a cascade (`_cascade`: the cartridge over
+        wide tiles of every request's rows, then the live walk) with True, none with False; None leaves it to the
+        dispatch (`heuristics.cascade_by_default`)."""
         if prefill_impl not in K.IMPLS:
             raise UnsupportedLayoutError("prefill_impl", f"one of {K.IMPLS}", prefill_impl)
+        if decode_cascade not in (None, True, False):
+            raise UnsupportedLayoutError("decode_cascade", "None, True or False", decode_cascade)
         self.prefill_impl = prefill_impl
+        self.decode_cascade = decode_cascade
         self._plan: Plan | None = None
         self._ones: dict[tuple[torch.device, int], torch.Tensor] = {}
         self.last_compiled: Any = None
@@ -522,8 +528,9 @@ class CartridgeAttention:
         if config is None:
             if mode == "decode":
                 config = K.decode_config(
-                    group, head_dim, batch, max_live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len
-                )
+                    group, head_dim, batch, max_live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len,
+                    cart_rows=K.cascade_rows(self.decode_cascade),
+                )  # fmt: skip
             else:
                 config = K.prefill_config(
                     group, head_dim, rows=int(qo[-1]) * group, num_kv_heads=num_kv_heads, impl=self.prefill_impl,
@@ -669,8 +676,9 @@ class CartridgeAttention:
         mode = "decode" if padded or all(n == 1 for n in query_lens) else "prefill"
         if mode == "decode":
             config = K.decode_config(
-                group, head_dim, batch, max_seq_len, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len
-            )
+                group, head_dim, batch, max_seq_len, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len,
+                cart_rows=K.cascade_rows(self.decode_cascade),
+            )  # fmt: skip
         else:
             config = K.prefill_config(
                 group, head_dim, rows=sum(query_lens) * group, num_kv_heads=num_kv_heads, impl=self.prefill_impl,

@@ -122,18 +122,30 @@ def _split_cuts(num_kv_heads: int, cartridge_len: int) -> tuple[set[int], set[in
 
 
 def decode_regions(
-    group: int, head_dim: int, max_batch: int, max_live: int, num_kv_heads: int = 8, cartridge_len: int | None = None
+    group: int,
+    head_dim: int,
+    max_batch: int,
+    max_live: int,
+    num_kv_heads: int = 8,
+    cartridge_len: int | None = None,
+    cascade: bool | None = None,
 ) -> list[Region]:
-    """Decode regions over (batch, max_live); with `cartridge_len`, also where the split count changes."""
+    """Decode regions over (batch, max_live); with `cartridge_len`, also where the split count changes. `cascade`
+    is the wrapper's `decode_cascade`: None for the default dispatch, True or False to force it on or off."""
     batch_cuts = {K.DECODE_WIDE_MAX_BATCH + 1, K.DECODE_PACK_MIN_BATCH}
     live_cuts = {K.DECODE_WIDE_MIN_LIVE}
     if cartridge_len is not None:
         more_b, more_l = _split_cuts(num_kv_heads, cartridge_len)
-        batch_cuts |= more_b
-        live_cuts |= more_l
+        # In a cascade the fused kernel walks the live pages alone: its splits see no cartridge keys.
+        cascade_b, cascade_l = _split_cuts(num_kv_heads, 0)
+        batch_cuts |= more_b | cascade_b | ({K.CASCADE_MIN_BATCH} if K.CASCADE_MIN_BATCH is not None else set())
+        live_cuts |= more_l | cascade_l
+    cart_rows = K.cascade_rows(cascade)
 
     def config(b: int, n: int) -> K.KernelConfig:
-        return K.decode_config(group, head_dim, b, n, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len)
+        return K.decode_config(
+            group, head_dim, b, n, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len, cart_rows=cart_rows
+        )
 
     cells = [
         Region(

@@ -137,7 +137,12 @@ GPU_SMS = 132  # the H200's SMs: decode splits each (request, KV head) while bat
 DECODE_SPLIT_KEYS = 32  # ... into ranges of at least this many cartridge + live keys ...
 DECODE_SPLIT_MAX = 16  # ... at most this many, a power of two ...
 DECODE_SPLIT_NARROW_KEYS = 64  # ... and a range of at most this many keys takes 64-key tiles, not 128
-CASCADE_ROWS: tuple[int, ...] = (16, 32, 64, 128)  # a decode cascade's rows per tile ...
+# From this batch on (with the shape known), the default decode is a cascade; None: only where asked for
+# (`CartridgeAttention(decode_cascade=True)`, `cart_rows`), until it is measured faster on the H200 ...
+CASCADE_MIN_BATCH: int | None = None
+CASCADE_DEFAULT_ROWS = 64  # ... of this many query rows per tile ...
+CASCADE_RANGE_KEYS = 160  # ... over cartridge ranges of about this many keys
+CASCADE_ROWS: tuple[int, ...] = (16, 32, 64, 128)  # the rows per tile a cascade may have ...
 CASCADE_SPLITS_MAX = 16  # ... and its most cartridge ranges per row tile
 CASCADE_BLOCK_N = 64  # its keys per tile
 PREFILL_GRID_SMS = GPU_SMS  # fewer 128-row tiles x KV heads than this: prefill drops to 64-row tiles
@@ -158,6 +163,17 @@ def decode_splits(batch: int, num_kv_heads: int, total_keys: int) -> int:
         return 1
     want = -(-GPU_SMS // programs)
     return _pow2_at_most(max(1, min(want, total_keys // DECODE_SPLIT_KEYS, DECODE_SPLIT_MAX)))
+
+
+def cascade_rows(decode_cascade: bool | None) -> int | None:
+    """``decode_config``'s ``cart_rows`` for a wrapper's ``decode_cascade``: None (the dispatch decides), the
+    default rows (always a cascade) or 0 (never)."""
+    return None if decode_cascade is None else (CASCADE_DEFAULT_ROWS if decode_cascade else 0)
+
+
+def cascade_by_default(batch: int) -> bool:
+    """Whether the default decode of ``batch`` requests is a cascade (when the shape is known)."""
+    return CASCADE_MIN_BATCH is not None and batch >= CASCADE_MIN_BATCH
 
 
 def decode_config(
@@ -185,16 +201,20 @@ def decode_config(
     them (or with ``splits=1``) it never splits. A split packs requests only when ``reqs`` says so: then the
     packed requests share each cartridge tile of every range.
 
-    With ``cart_rows`` (a decode cascade, `_cascade`), the fused kernel walks the live pages only, so its split
-    count follows the live keys; ``cart_splits`` then defaults to ranges of about ``CASCADE_BLOCK_N`` keys each,
-    as many as fill the SMs.
+    From ``CASCADE_MIN_BATCH`` requests on (with the shape given), or with ``cart_rows``, decode is a cascade
+    (`_cascade`): one launch attends every request's rows over the cartridge in tiles of ``cart_rows`` rows (each
+    cartridge tile read once per tile of rows, not once per request), split into ``cart_splits`` ranges of about
+    ``CASCADE_RANGE_KEYS`` keys; the fused kernel then walks the live pages only, so its split count follows the
+    live keys. ``cart_rows=0`` turns the cascade off.
     """
-    cascade = cart_rows or 0
+    shape_known = num_kv_heads is not None and cartridge_len is not None
+    if cart_rows is None:
+        cart_rows = CASCADE_DEFAULT_ROWS if shape_known and cascade_by_default(batch) else 0
+    cascade = cart_rows
     if cascade:
         if cart_splits is None:
-            tiles = -(-batch * group // cascade) * (num_kv_heads or 1)
-            ranges = -(-(cartridge_len or CASCADE_BLOCK_N) // CASCADE_BLOCK_N)
-            cart_splits = max(1, min(ranges, -(-GPU_SMS // tiles), CASCADE_SPLITS_MAX))
+            ranges = -(-(cartridge_len or CASCADE_RANGE_KEYS) // CASCADE_RANGE_KEYS)
+            cart_splits = max(1, min(ranges, CASCADE_SPLITS_MAX))
         cartridge_len = 0 if cartridge_len is not None else None
     cfg = _decode_walk_config(
         group, batch, max_live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len, splits=splits, reqs=reqs,

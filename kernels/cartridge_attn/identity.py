@@ -23,6 +23,7 @@ __all__ = ["compiled_identity", "kernel_identity", "source_sha256"]
 KERNEL_SOURCES: dict[str, tuple[str, str]] = {
     "triton": ("cartridge_attn_kernel", "_kernel.py"),
     "gluon": ("cartridge_prefill_ws_kernel", "_gluon_prefill.py"),
+    "cascade": ("cartridge_cascade_kernel", "_cascade.py"),  # a decode cascade's first launch (cart_rows > 0)
 }
 
 
@@ -88,7 +89,7 @@ def kernel_identity(attn: Any | None = None) -> dict[str, Any]:
     dict
         ``source_sha256``, ``triton_version``, ``config``, ``mode``, ``specialization`` (the
         :class:`cartridge_attn.dispatch.Specialization` key) and the fields of
-        :func:`compiled_identity`.
+        :func:`compiled_identity`; for a decode cascade also ``cascade``, the same facts of its first launch.
     """
     plan = getattr(attn, "_plan", None) if attn is not None else None
     impl = plan.config.impl if plan is not None else "triton"
@@ -111,4 +112,12 @@ def kernel_identity(attn: Any | None = None) -> dict[str, Any]:
             }
         )
         ident.update(compiled_identity(attn.last_compiled))
+        if p.config.cart_rows:
+            kernel, source = KERNEL_SOURCES["cascade"]
+            ident["cascade"] = {
+                "kernel": kernel,
+                "source_file": source,
+                "source_sha256": source_sha256("cascade"),
+                **compiled_identity(getattr(attn, "last_cascade_compiled", None)),
+            }
     return ident

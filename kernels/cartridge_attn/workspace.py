@@ -32,6 +32,8 @@ class DecodeWorkspace:
         grows with the keys, so this bounds the states a plan can need.
     device : torch.device or str
         Where the plans' tensors live.
+    decode_cascade : bool or None
+        The planning wrapper's ``decode_cascade`` (`CartridgeAttention`), whose configurations the states must fit.
     """
 
     def __init__(
@@ -44,6 +46,7 @@ class DecodeWorkspace:
         cartridge_len: int,
         max_live: int,
         device: torch.device | str,
+        decode_cascade: bool | None = None,
     ) -> None:
         if max_batch < 1 or max_live < 1 or num_kv_heads < 1 or num_qo_heads % num_kv_heads:
             raise UnsupportedLayoutError(
@@ -60,10 +63,12 @@ class DecodeWorkspace:
         # The largest state any default decode configuration inside the bounds asks for; fewer live keys never
         # split into more ranges, so the bound's configurations are the largest ones.
         rows = ml = cart = 1
+        cart_rows = K.cascade_rows(decode_cascade)
         for batch in range(1, max_batch + 1):
             cfg = K.decode_config(
-                group, head_dim, batch, max_live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len
-            )
+                group, head_dim, batch, max_live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len,
+                cart_rows=cart_rows,
+            )  # fmt: skip
             if cfg.splits > 1:
                 states = batch * num_kv_heads * cfg.splits
                 rows = max(rows, states * cfg.block_m * head_dim)

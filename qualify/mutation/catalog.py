@@ -23,6 +23,7 @@ Category = Literal[
     "strides",
     "tile-counts",
     "split-decode",
+    "decode-cascade",
     "dispatch",
 ]
 

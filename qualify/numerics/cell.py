@@ -48,10 +48,17 @@ class NumericsEnvelope(StrictModel):
     ragged batches. The gate fixes `phase`, `head_dim`, `num_qo_heads` and `num_kv_heads` for it."""
 
     max_batch: int = Field(default=256, ge=1, le=4096)  # decode: requests in one step
+    min_batch: int = Field(default=1, ge=1, le=4096)  # decode: the smallest step the gate is about
     max_live: int = Field(default=4096, ge=1, le=1 << 17)  # decode: the longest live suffix
     max_query_tokens: int = Field(default=4096, ge=2, le=1 << 17)  # prefill: query tokens of one batch
     random_batches: int = Field(default=4, ge=0, le=64)
     seed: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _batches(self) -> NumericsEnvelope:
+        if self.min_batch > self.max_batch:
+            raise ValueError(f"min_batch {self.min_batch} is above max_batch {self.max_batch}")
+        return self
 
 
 ContractCase = Literal["misaligned_cartridge", "fp8_keys", "zero_live", "unsupported_head_dim", "non_sm90"]
@@ -100,4 +107,7 @@ class KernelNumericsParams(KindParams):
     # implementation is qualified by the same cells side by side before the dispatch may choose it. Decode cells
     # always run the Triton kernel.
     prefill_impl: Literal["triton", "gluon"] = "triton"
+    # The wrapper's decode cascade (`CartridgeAttention(decode_cascade=...)`): None leaves it to the dispatch, True
+    # qualifies the cascade side by side before the dispatch chooses it by itself, False the fused walk alone.
+    decode_cascade: bool | None = None
     device: Literal["auto", "cuda", "cpu"] = "auto"

@@ -25,6 +25,7 @@ def describe_cell(params: KernelNumericsParams) -> str:
         c = K.decode_config(
             group, params.head_dim, len(lives), max(lives), num_kv_heads=params.num_kv_heads,
             cartridge_len=params.cartridge.length,
+            cart_rows=K.cascade_rows(params.decode_cascade),
         )  # fmt: skip
         where = f"batch {len(lives)}, max live {max(lives)}"
     else:

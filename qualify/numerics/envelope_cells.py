@@ -67,14 +67,17 @@ def envelope_axes(fields: dict[str, Any]) -> dict[str, list[Any]]:
     cells: dict[str, dict[str, Any]] = {}
     if phase == "decode":
         kv, cart = int(fields["num_kv_heads"]), _cartridge_len(fields)
-        for region in decode_regions(group, head_dim, env.max_batch, env.max_live, kv, cart):
+        cascade = fields.get("decode_cascade")
+        for region in decode_regions(group, head_dim, env.max_batch, env.max_live, kv, cart, cascade):
             assert region.batch is not None and region.max_live is not None
-            b0, b1 = region.batch
+            b0, b1 = max(region.batch[0], env.min_batch), region.batch[1]
+            if b0 > b1:
+                continue
             for batch in sorted({b0, min(b0 + 1, b1), b1}):
                 for live in sorted(set(region.max_live)):
                     cells[f"edge-b{batch}-l{live}"] = {"live_lens": _ragged_live(batch, live, rng)}
         for i in range(env.random_batches):
-            batch, live = rng.randint(1, env.max_batch), rng.randint(1, env.max_live)
+            batch, live = rng.randint(env.min_batch, env.max_batch), rng.randint(1, env.max_live)
             cells[f"rand{i}-s{env.seed}-b{batch}-l{live}"] = {"live_lens": _ragged_live(batch, live, rng)}
     else:
         kv = int(fields["num_kv_heads"])

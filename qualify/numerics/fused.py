@@ -26,12 +26,12 @@ def kernel_device(p: KernelNumericsParams) -> torch.device:
     return torch.device("cuda", torch.cuda.current_device())
 
 
-def run_fused(pr: Any, prefill_impl: str = "triton") -> tuple[torch.Tensor, Any]:
-    """Plan and launch the fused kernel on problem `pr` with a wrapper whose prefill is `prefill_impl`; returns
-    (output, the planned wrapper)."""
+def run_fused(pr: Any, prefill_impl: str = "triton", decode_cascade: bool | None = None) -> tuple[torch.Tensor, Any]:
+    """Plan and launch the fused kernel on problem `pr` with a wrapper whose prefill is `prefill_impl` and whose
+    decode cascade is `decode_cascade`; returns (output, the planned wrapper)."""
     from cartridge_attn import CartridgeAttention
 
-    attn = CartridgeAttention(prefill_impl=prefill_impl)
+    attn = CartridgeAttention(prefill_impl=prefill_impl, decode_cascade=decode_cascade)
     attn.plan(*pr.page_table(), device=pr.q.device, **pr.plan_kwargs())
     return launch(attn, pr), attn
 
@@ -47,9 +47,12 @@ def launch(attn: Any, pr: Any) -> torch.Tensor:
 
 
 def kernel_inputs(impl: str = "triton") -> list[InputRef]:
-    """The source of implementation `impl`'s kernel as a qualified input, so the report's subjects pin what was
-    measured."""
+    """The source of implementation `impl`'s kernels as qualified inputs, so the report's subjects pin what was
+    measured (the Triton implementation's decode cascade has a kernel file of its own)."""
     from cartridge_attn.identity import source_path, source_sha256
 
-    path = source_path(impl)
-    return [InputRef(f"cartridge_attn/{path.name}", str(path), source_sha256(impl), "kernel-source")]
+    sources = [impl, "cascade"] if impl == "triton" else [impl]
+    return [
+        InputRef(f"cartridge_attn/{source_path(s).name}", str(source_path(s)), source_sha256(s), "kernel-source")
+        for s in sources
+    ]

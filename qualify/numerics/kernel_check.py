@@ -43,7 +43,9 @@ def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -
     violation = contract_violation(p)
     if violation:
         # Outside the contract: the kernel must refuse, whatever the matrix asked for.
-        raised = expect_rejection(lambda: run_fused(build_problem(p, device, seeds[0]), p.prefill_impl))
+        raised = expect_rejection(
+            lambda: run_fused(build_problem(p, device, seeds[0]), p.prefill_impl, p.decode_cascade)
+        )
         m.update(contract=True, expected_error=LAYOUT_ERROR, raised=repr(raised), violation=violation)
         outcome.checks.append(rejection_check(f"rejects {violation}", raised))
         m["seeds"] = seeds[:1]
@@ -58,7 +60,7 @@ def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -
     relaunch_diff = 0
     for seed in seeds:
         pr = build_problem(p, device, seed)
-        out, attn = run_fused(pr, p.prefill_impl)
+        out, attn = run_fused(pr, p.prefill_impl, p.decode_cascade)
         # Serving runs one plan for every layer (and CUDA graphs replay it): a second launch of the same plan
         # must write the same output, e.g. split decode must re-arm its arrival counters.
         again = launch(attn, pr)
@@ -78,6 +80,11 @@ def run_kernel_check(item: GateItem, p: KernelNumericsParams, ctx: RunContext) -
     if launched != impl:
         # A cell that asked for one implementation and measured another would qualify what it never launched.
         raise QualifyError(f"{item.name}: the cell asks for the {impl} kernel, the wrapper launched {launched}")
+    cascaded = bool((identity.get("config") or {}).get("cart_rows"))
+    if p.decode_cascade is not None and cascaded != p.decode_cascade:
+        raise QualifyError(
+            f"{item.name}: the cell asks for decode_cascade {p.decode_cascade}, the launch had {cascaded}"
+        )
     # A passing cell vouches for the compiled variant it launched; under the interpreter, for none.
     if not identity.get("interpreted") and identity.get("specialization"):
         outcome.qualifies.append(identity["specialization"])

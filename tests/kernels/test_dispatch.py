@@ -111,3 +111,31 @@ def test_warp_specialization_is_named_and_needs_what_triton_specializes() -> Non
         prefill_config(4, 128, warp_specialize=True, num_warps=8)
     with pytest.raises(ValueError, match="one request per program and no split"):
         dataclasses.replace(decode_config(4, 128, 1, 1000), warp_specialize=True)
+
+
+@pytest.mark.parametrize("group", [3, 4, 16])
+@pytest.mark.parametrize("t_c", [632, 640])
+def test_cascade_regions_hold_what_a_cascading_wrapper_plans(group: int, t_c: int) -> None:
+    # `CartridgeAttention(decode_cascade=True)`: every decode is a cascade whose live walk splits by live keys alone,
+    # so its regions cut where those splits change, not where the cartridge's keys would move them.
+    from cartridge_attn.dispatch import decode_regions
+
+    regions = decode_regions(group, 128, 80, 1100, 8, t_c, cascade=True)
+    assert all(r.config.cart_rows == K.CASCADE_DEFAULT_ROWS for r in regions)
+    assert {r.config.cart_splits for r in regions} == {-(-t_c // K.CASCADE_RANGE_KEYS)}
+    for batch in range(1, 81):
+        for live in sorted(
+            {
+                *range(1, 1101, 41),
+                *(k * K.DECODE_SPLIT_KEYS + d for k in (2, 4, 8, 16) for d in (-1, 0)),
+                *(k * K.DECODE_SPLIT_NARROW_KEYS + d for k in (2, 4, 8, 16) for d in (0, 1)),
+            }
+        ):
+            hits = [r for r in regions if r.contains(batch=batch, max_live=live, num_kv_heads=8, cartridge_len=t_c)]
+            assert len(hits) == 1, (batch, live, hits)
+            want = decode_config(group, 128, batch, live, num_kv_heads=8, cartridge_len=t_c,
+                                 cart_rows=K.cascade_rows(True))  # fmt: skip
+            assert hits[0].config == want, (batch, live)
+    # Off by default until measured faster (heuristics.CASCADE_MIN_BATCH): the default table holds no cascade.
+    if K.CASCADE_MIN_BATCH is None:
+        assert not any(r.config.cart_rows for r in decode_regions(group, 128, 80, 1100, 8, t_c))

@@ -158,11 +158,13 @@ def test_block_table_matches_reference_and_indptr_plan(
 # larger batch ends in padding requests with 0 queries and 0 live tokens. A graph plans for the engine's longest
 # context, not the step's: with a bound of 600 the batch of 4 splits its keys 16 ways (states in the workspace),
 # and live lengths of at most 60 leave most of those ranges empty; the batch of 8 splits a short context 2-4 ways.
-# The packed batch does not split.
+# The packed batch does not split. The cascade's padding rows attend the cartridge in the cascade launch, and its
+# states live in the workspace.
 PADDED_CASES = {
     "b1-pad3-split-p8-g4": (1, 3, 8, 4, BF16, 600),
     "b5-pad3-split-p16-g2-lv8": (5, 3, 16, 2, FP8, 60),
     "b33-pad31-packed-p8-g1": (33, 31, 8, 1, BF16, 60),
+    "b9-pad7-cascade-split-p8-g3": (9, 7, 8, 3, BF16, 60),
 }
 
 
@@ -186,13 +188,14 @@ def test_padded_decode_with_a_workspace_matches_reference(
     seq_lens = torch.tensor(live + [0] * pad, dtype=torch.int32, device=kernel_device)
     bound += randint(gen, 0, 40)
     kw = pr.plan_kwargs()
+    cascade = True if "cascade" in case else None
     ws = DecodeWorkspace(max_batch=batch + randint(gen, 0, 8), num_qo_heads=kw["num_qo_heads"],
                          num_kv_heads=NUM_KV_HEADS, head_dim=HEAD_DIM, cartridge_len=cart_len, max_live=bound,
-                         device=kernel_device)  # fmt: skip
-    attn = CartridgeAttention()
+                         device=kernel_device, decode_cascade=cascade)  # fmt: skip
+    attn = CartridgeAttention(decode_cascade=cascade)
     plan = attn.plan_block_table(qsl, [1] * real + [0] * pad, seq_lens, bt, max_seq_len=bound, workspace=ws, **kw)
     assert (plan.mode, plan.batch, plan.total_q) == ("decode", batch, batch)
-    for name in ("kv_indptr", "split_o", "split_ml", "split_count"):
+    for name in ("kv_indptr", "split_o", "split_ml", "split_count", "cart_o", "cart_ml"):
         base = {"kv_indptr": ws.row_starts(bt.stride(0), batch)}.get(name, getattr(ws, name, None))
         assert plan.tensors[name].untyped_storage().data_ptr() == base.untyped_storage().data_ptr(), name
     q = torch.cat([pr.q, torch.randn(pad, *pr.q.shape[1:], device=kernel_device).to(pr.q.dtype)])
@@ -207,6 +210,7 @@ def test_padded_decode_with_a_workspace_matches_reference(
         torch.testing.assert_close(out[:real].float(), ref, rtol=RTOL, atol=ATOL)
         assert int(ws.split_count.abs().sum()) == 0, "arrival counters not re-armed"
     assert (plan.config.splits > 1) == ("split" in case), plan.config
+    assert bool(plan.config.cart_rows) == bool(cascade), plan.config
 
 
 def test_workspace_refuses_a_batch_beyond_its_size() -> None:

@@ -46,6 +46,14 @@ gates:
     kind: kernel_numerics
     phase: decode
     batch: {id: b3, live_lens: [600, 1, 41]}
+  # The decode cascade side by side: 18 requests take two 64-row tiles of the cascade, a 200-position cartridge two
+  # ranges, and the 600-token request splits the live walk 4 ways.
+  - id: small-cascade
+    kind: kernel_numerics
+    phase: decode
+    decode_cascade: true
+    cartridge: {id: c200, length: 200, sink: true}
+    batch: {id: b18, live_lens: [5, 1, 9, 17, 8, 3, 40, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 600]}
 """
 
 
@@ -78,6 +86,7 @@ def test_the_gate_kills_every_interpreter_mutant_and_the_report_is_signed(tmp_pa
     # cell reaches the split decode's combine and its arrival counter (a second launch of one plan).
     assert rows["packed-requests-see-each-other"]["killed_by"][0]["item"] == "small-packed"
     assert {rows[i]["killed_by"][0]["item"] for i in rows if i.startswith("split-")} == {"small-split"}
+    assert {rows[i]["killed_by"][0]["item"] for i in rows if i.startswith("cascade-")} == {"small-cascade"}
     rearm = rows["split-counter-not-rearmed"]["killed_by"][0]["failed_checks"]
     assert "a second launch of the same plan" in rearm
     children = sorted(p.name for p in (tmp_path / "out" / "run.children").glob("*.json"))

@@ -26,4 +26,6 @@ def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
         # Decode and contract cells run the Triton kernel whatever the wrapper's prefill is: the cell would claim
         # to qualify an implementation it never launches.
         issues.append(LintIssue(("prefill_impl",), f"prefill_impl {params.prefill_impl!r} needs a prefill kernel cell"))
+    if params.decode_cascade is not None and (params.phase != "decode" or params.check != "kernel"):
+        issues.append(LintIssue(("decode_cascade",), "decode_cascade needs a decode kernel cell"))
     return issues
