@@ -7,6 +7,8 @@
 #   CANDIDATES="1,128,4,2,2 ..." bash scripts/gpu_speed.sh cascade <commit>   (carry .gpu) the decode cascade's GPU
 #        tests, then a decode sweep (BATCHES, default 1 16 64) of the given candidates (R,BN,W,S,K[,CR,CS]; 0 for a
 #        default) with a table of per-layer times
+#   bash scripts/gpu_speed.sh cascade-qualify    (carry .gpu) the decode cascade's numerics gates (numerics-cascade-*,
+#        signed) and its mutants against those gates alone (signed), side by side
 #   bash scripts/gpu_speed.sh shapes <commit>    (carry .gpu/setup.sh, .vllm/1, .vllm/MANIFEST, .vllm/stage.sh)
 #        stages vLLM part 1; the measurement record's other shapes (page 16, head_dim 64, a GQA group of 3) with the
 #        L2 cold, and the Qwen3-8B shape with the L2 warm, fused K16/V8 beside FlashInfer over shared pages
@@ -106,6 +108,37 @@ for r in rows:
     print(f"{r['batch']:>3} {r['tokens']:>5} {tag:<24} {r.get('per_layer_us', r.get('error', ''))!s:.60}")
 PY
   } 2>&1 | tee "$OUT/step.log"
+  ;;
+cascade-qualify)
+  {
+    source .gpu/setup.sh >/dev/null 2>&1
+    install; keys
+    gpu
+    rm -rf "$WORK/cascade-numerics" "$WORK/cascade-mutation"
+    log "the cascade's numerics gates and its mutants (against those gates alone), side by side"
+    signed_run cascade-numerics numerics-cascade-h200 "${CASCADE_TIMEOUT:-300}" gates/kernel_numerics.yaml \
+      -k numerics-cascade &
+    numerics=$!
+    python3 - "$WORK/cascade-gate.yaml" <<'PY'
+import sys, yaml
+doc = yaml.safe_load(open("gates/kernel_numerics.yaml"))
+doc["gates"] = [g for g in doc["gates"] if g["id"].startswith("numerics-cascade")]
+doc["suite"] = doc["suite"] + "-cascade"
+yaml.safe_dump(doc, open(sys.argv[1], "w"), sort_keys=False)
+PY
+    ids=$(python3 -c 'import yaml; print(",".join(m["id"] for m in yaml.safe_load(open("mutation/cartridge_attn.yaml"))["mutants"] if m["id"].startswith("cascade-")))')
+    SECONDS=0
+    timeout "${CASCADE_TIMEOUT:-300}" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants \
+      mutation/cartridge_attn.yaml --gate "$WORK/cascade-gate.yaml" --only "$ids" --jobs 7 --timeout-s 280 \
+      --out "$WORK/cascade-mutation" --name mutation-cascade-h200 --sign-key "$WORK/keys/signing-key.pem" \
+      >"$WORK/cascade-mutation.log" 2>&1
+    echo "mutation-cascade-h200: exit $? after ${SECONDS} s"
+    wait $numerics
+    tail -n 12 "$WORK/cascade-numerics.log"
+    tail -n 14 "$WORK/cascade-mutation.log"
+  } 2>&1 | tee "$OUT/qualify-step.log"
+  tar -C "$WORK" -czf "$OUT/cascade-qualify.tar.gz" cascade-numerics cascade-numerics.log cascade-mutation \
+    cascade-mutation.log cascade-gate.yaml keys/signing-key.pub.pem 2>/dev/null
   ;;
 shapes)
   {
