@@ -9,6 +9,9 @@
 #        default) with a table of per-layer times
 #   bash scripts/gpu_speed.sh cascade-qualify    (carry .gpu) the decode cascade's numerics gates (numerics-cascade-*,
 #        signed) and its mutants against those gates alone (signed), side by side
+#   bash scripts/gpu_speed.sh cascade-perf       (carry as for `targets`; vLLM staged by earlier calls)
+#        gates/gpu/perf_cascade.yaml (the cascade against the fused decode and FA3 over shared pages) with the
+#        cascade's numerics cells in one signed run, so its coverage pairs what was timed with what was qualified
 #   bash scripts/gpu_speed.sh shapes <commit>    (carry .gpu/setup.sh, .vllm/1, .vllm/MANIFEST, .vllm/stage.sh)
 #        stages vLLM part 1; the measurement record's other shapes (page 16, head_dim 64, a GQA group of 3) with the
 #        L2 cold, and the Qwen3-8B shape with the L2 warm, fused K16/V8 beside FlashInfer over shared pages
@@ -43,7 +46,7 @@
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-step=${1:?usage: gpu_speed.sh sweep|shapes|gluon-bench COMMIT, or qualify|targets|prefill|counters|gluon|gluon-perf}
+step=${1:?usage: gpu_speed.sh sweep|shapes|gluon-bench|cascade COMMIT, or qualify|targets|prefill|counters|gluon|gluon-perf|cascade-qualify|cascade-perf}
 commit=${2:-unknown}
 WORK=/tmp/speed-work
 mkdir -p "$WORK"
@@ -272,6 +275,12 @@ gluon-perf)
   signed_gate_run gluon-perf gluon-perf-h200 "${GLUON_PERF_TIMEOUT:-540}" \
     "Gluon prefill vs FA3 shared pages and the Triton prefill, + Gluon numerics envelope cells" \
     "gluon-prefill or gluon-envelope-p8" gates/gpu/perf_gluon.yaml gates/gpu/numerics_gluon.yaml
+  ;;
+cascade-perf)
+  signed_gate_run cascade-perf cascade-perf-h200 "${CASCADE_PERF_TIMEOUT:-540}" \
+    "decode cascade vs the fused decode and FA3 shared pages, + the cascade's numerics cells" \
+    "cascade-vs or cascade-b16 or cascade-b64 or numerics-cascade-decode" gates/gpu/perf_cascade.yaml \
+    gates/kernel_numerics.yaml
   ;;
 *)
   echo "unknown step $step"

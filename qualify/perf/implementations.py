@@ -121,6 +121,14 @@ KERNEL_SET = ImplementationSet(
             bytes=_SHARED_K16V8,
         ),
         Implementation(
+            "fused-k16v8-cascade",
+            "the same K16/V8 decode as a cascade: every request's rows over the cartridge in 64-row tiles, then the "
+            "fused kernel over the live pages from the merged states (two launches; decode only)",
+            frozenset({"decode_tokens_per_s"}),
+            builder=f"{_KERNELS}:build_fused_k16v8_cascade",
+            bytes=_SHARED_K16V8,
+        ),
+        Implementation(
             "flashinfer-inject-bf16",
             "ordinary injection: the BF16 cartridge copied into every request's pages, FlashInfer paged decode "
             "and FA3 paged prefill (TTFT includes the copy)",

@@ -8,7 +8,8 @@ requests, each with its own paged live suffix, `num_layers` attention layers per
 
 * fused-k16v8 / fused-k16v16: `cartridge_attn.CartridgeAttention`, one launch per layer over cartridge +
   live pages (live pages handed out in a shuffled order, as a pool allocator would); fused-k16v8-gluon: the
-  same with the Gluon prefill (`CartridgeAttention(prefill_impl="gluon")`).
+  same with the Gluon prefill (`CartridgeAttention(prefill_impl="gluon")`); fused-k16v8-cascade: decode as a cascade
+  (`CartridgeAttention(decode_cascade=True)`).
 * flashinfer-inject-bf16 / -fp8: the cartridge copied into each request's first pages
   (`cartridge_attn.build_injection_layout`); FlashInfer's paged decode; for TTFT, the copy of the
   cartridge into the new requests' pages followed by FA3 paged prefill over the suffix.
@@ -148,12 +149,12 @@ def _flashinfer() -> Any:
 
 
 # -- fused ----------------------------------------------------------------------------------------------
-def _fused(spec: CellSpec, *, v_fp8: bool, prefill_impl: str = "triton") -> Built:
+def _fused(spec: CellSpec, *, v_fp8: bool, prefill_impl: str = "triton", decode_cascade: bool | None = None) -> Built:
     import cartridge_attn as ca
 
     s = spec.shape
     pt = page_table(spec, shuffle=True)
-    attn = ca.CartridgeAttention(prefill_impl=prefill_impl)
+    attn = ca.CartridgeAttention(prefill_impl=prefill_impl, decode_cascade=decode_cascade)
     attn.plan(
         pt.qo_indptr,
         pt.kv_indptr,
@@ -347,6 +348,10 @@ def build_fused_k16v8(spec: CellSpec) -> Built:
 
 def build_fused_k16v8_gluon(spec: CellSpec) -> Built:
     return _fused(spec, v_fp8=True, prefill_impl="gluon")
+
+
+def build_fused_k16v8_cascade(spec: CellSpec) -> Built:
+    return _fused(spec, v_fp8=True, decode_cascade=True)
 
 
 def build_fused_k16v16(spec: CellSpec) -> Built:
