@@ -70,6 +70,10 @@ class GateKindSpec:
         ``"module:function"`` taking a gate's kind fields (as written) and returning matrix axes to add, e.g.
         cells derived from a declared envelope; ``{}`` when the gate declares none. ValueError is a gate-file
         error. Imported when a gate of the kind is compiled.
+    generate_reads
+        The fields ``generate_axes`` reads besides the envelope. A gate whose envelope gives cells must set them
+        itself: one from ``defaults`` or a matrix axis would reach the cells but not the generator, whose cells
+        would then be the edges of another dispatch than the one they run.
     describe
         ``"module:function"`` taking an item's params and returning what it will exercise in one line (for
         `qualify list`; the numerics kind names the kernel configuration each cell dispatches). Imported only
@@ -89,6 +93,7 @@ class GateKindSpec:
     render: str | None = None
     primary_check: Callable[[Check], bool] | None = None
     generate_axes: str | None = None
+    generate_reads: tuple[str, ...] = ()
     describe: str | None = None
     worker_group: Callable[[KindParams], str | None] | None = None
 

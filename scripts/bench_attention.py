@@ -212,9 +212,10 @@ def sweep(
                            *(GLUON_PREFILL_CANDIDATES if "gluon" in prefill_impls else [])]  # fmt: skip
                 for cand in decode if m.phase == "decode" else prefill:
                     if m.phase == "decode":
-                        r, bn, w, s, k, cr, cs = (*cand, 0, 0)[:7]
+                        # An omitted cascade field is the dispatch's choice; an explicit CR 0 is no cascade.
+                        r, bn, w, s, k, cr, cs = (*cand, None, None)[:7]
                         cfg = ca.decode_config(group, shape.head_dim, batch, live, reqs=r, block_n=bn, num_warps=w,
-                                               num_stages=s, splits=k or None, cart_rows=cr or None,
+                                               num_stages=s, splits=k or None, cart_rows=cr,
                                                cart_splits=cs or None, num_kv_heads=shape.num_kv_heads,
                                                cartridge_len=shape.cartridge_len)  # fmt: skip
                     elif len(cand) == 3:
@@ -263,8 +264,9 @@ def main() -> int:
     ap.add_argument("--batches", nargs="+", type=int, help="with --tune: sweep only these batches")
     ap.add_argument("--decode-candidates", nargs="+", metavar="R,BN,W,S,K[,CR,CS]",
                     help="with --tune: these decode configurations (requests per program, block_n, warps, stages, "
-                         "splits; a decode cascade's rows per tile and cartridge ranges, 0 for the default) instead "
-                         "of the built-in list")  # fmt: skip
+                         "splits, 0 for the default; a decode cascade's rows per tile, 0 for none, and its cartridge "
+                         "ranges, 0 for the default; without CR the dispatch decides) instead of the built-in "
+                         "list")  # fmt: skip
     ap.add_argument("--prefill-impls", nargs="+", choices=IMPLS, default=["triton"],
                     help="with --tune: the prefill implementations whose candidates are swept")  # fmt: skip
     args = ap.parse_args()

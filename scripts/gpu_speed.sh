@@ -5,8 +5,8 @@
 #   bash scripts/gpu_speed.sh sweep <commit>     (carry .gpu)  the kernel's GPU tests, then the decode and prefill
 #        configuration sweeps (bench_attention.py --tune --sweep-only): what the dispatch table is chosen from
 #   CANDIDATES="1,128,4,2,2 ..." bash scripts/gpu_speed.sh cascade <commit>   (carry .gpu) the decode cascade's GPU
-#        tests, then a decode sweep (BATCHES, default 1 16 64) of the given candidates (R,BN,W,S,K[,CR,CS]; 0 for a
-#        default) with a table of per-layer times
+#        tests, then a decode sweep (BATCHES, default 1 16 64) of the given candidates (R,BN,W,S,K[,CR,CS]; K or CS 0
+#        for the default, CR 0 for no cascade, no CR for the dispatch's choice) with a table of per-layer times
 #   bash scripts/gpu_speed.sh cascade-qualify    (carry .gpu) the decode cascade's numerics gates (numerics-cascade-*,
 #        signed) and its mutants against those gates alone (signed), side by side
 #   bash scripts/gpu_speed.sh cascade-perf       (carry as for `targets`; vLLM staged by earlier calls)

@@ -366,7 +366,7 @@ class CartridgeAttention:
         dispatch (`heuristics.cascade_by_default`)."""
         if prefill_impl not in K.IMPLS:
             raise UnsupportedLayoutError("prefill_impl", f"one of {K.IMPLS}", prefill_impl)
-        if decode_cascade not in (None, True, False):
+        if decode_cascade is not None and not isinstance(decode_cascade, bool):
             raise UnsupportedLayoutError("decode_cascade", "None, True or False", decode_cascade)
         self.prefill_impl = prefill_impl
         self.decode_cascade = decode_cascade
@@ -666,6 +666,10 @@ class CartridgeAttention:
             raise UnsupportedLayoutError("block_table innermost stride", 1, block_table.stride(1))
         if workspace is not None:
             workspace.check_batch(batch)
+            if workspace.decode_cascade != self.decode_cascade:
+                raise UnsupportedLayoutError(
+                    "workspace decode_cascade", f"{self.decode_cascade} (the wrapper's)", workspace.decode_cascade
+                )
         dev = block_table.device
         if dev.type == "cuda" and dev.index is None:
             dev = torch.device("cuda", torch.cuda.current_device())

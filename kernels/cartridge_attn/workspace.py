@@ -77,6 +77,7 @@ class DecodeWorkspace:
                 cart = max(cart, batch * num_qo_heads * cfg.cart_splits)
         f32 = {"dtype": torch.float32, "device": self.device}
         self.num_qo_heads = num_qo_heads
+        self.decode_cascade = decode_cascade  # its states fit only a wrapper with the same setting
         self.split_o = torch.empty(rows, **f32)
         self.split_ml = torch.empty(ml, **f32)
         self.cart_o = torch.empty(cart * head_dim, **f32)

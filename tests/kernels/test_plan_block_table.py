@@ -223,6 +223,20 @@ def test_workspace_refuses_a_batch_beyond_its_size() -> None:
         CartridgeAttention().plan_block_table(*args, workspace=ws, **kw)
 
 
+def test_workspace_and_wrapper_must_agree_on_the_cascade() -> None:
+    # A workspace sized without cascade states would fail later with a room error that does not name the cause.
+    kw = {**_valid_inputs(), "query_lens": [1, 1], "query_start_loc": _i32(0, 1, 2), "seq_lens": _i32(5, 6),
+          "block_table": torch.zeros(2, 3, dtype=torch.int32)}  # fmt: skip
+    args = [kw.pop(k) for k in ("query_start_loc", "query_lens", "seq_lens", "block_table")]
+    for ws_flag, attn_flag in ((None, True), (True, None), (False, True)):
+        ws = DecodeWorkspace(max_batch=2, num_qo_heads=4, num_kv_heads=2, head_dim=HEAD_DIM, cartridge_len=16,
+                             max_live=64, device="cpu", decode_cascade=ws_flag)  # fmt: skip
+        with pytest.raises(UnsupportedLayoutError, match="workspace decode_cascade"):
+            CartridgeAttention(decode_cascade=attn_flag).plan_block_table(*args, workspace=ws, **kw)
+    with pytest.raises(UnsupportedLayoutError, match="decode_cascade"):
+        CartridgeAttention(decode_cascade=1)  # type: ignore[arg-type]
+
+
 # ---- rejected inputs: fail closed, naming the field ----------------------------------------------
 def _valid_inputs() -> dict:
     q_lens, live = [1, 3], [5, 9]

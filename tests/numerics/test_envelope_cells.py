@@ -117,3 +117,47 @@ def test_qualify_list_names_the_configuration_each_cell_dispatches(capsys: pytes
     assert "decode m16n128r1w4s3" in lines["numerics-envelope-decode[bf16-edge-b31-l1]"]
     assert "decode m16n128r1w4s2k16" in lines["numerics-envelope-decode[bf16-edge-b1-l4096]"]  # split 16 ways
     assert "must be rejected" in lines["numerics-extended[prefill-bf16-16-c632-ragged]"]
+
+
+@pytest.mark.parametrize("where", ["matrix", "defaults"])
+def test_an_envelope_gate_sets_its_cascade_itself(tmp_path: Path, where: str) -> None:
+    # A decode_cascade the cells run with but the envelope never saw would put the default dispatch's edges under
+    # cascade cells: the gate would read as covering regions it never probed.
+    gate = """\
+        - id: env
+          kind: kernel_numerics
+          phase: decode
+          head_dim: 128
+          num_qo_heads: 32
+          num_kv_heads: 8
+          cartridge: {id: c, length: 632}
+          envelope: {min_batch: 16, max_batch: 40}
+        """
+    path = tmp_path / "g.yaml"
+    if where == "matrix":
+        body = textwrap.dedent(gate) + "  matrix:\n    decode_cascade: [true]\n"
+        path.write_text("suite: s\nversion: 1\ngates:\n" + textwrap.indent(body, "  "))
+    else:
+        path.write_text("suite: s\nversion: 1\ndefaults:\n  decode_cascade: true\ngates:\n"
+                        + textwrap.indent(textwrap.dedent(gate), "  "))  # fmt: skip
+    with pytest.raises(GateFileError, match=r"'decode_cascade' is read by the gate's envelope: set it on the gate"):
+        compile_gate_file(path, default_registry())
+    # Set on the gate, the envelope expands the cascade's own regions (min_batch keeps them to batch 16 on).
+    path.write_text("suite: s\nversion: 1\ngates:\n"
+                    + textwrap.indent(textwrap.dedent(gate) + "  decode_cascade: true\n", "  "))  # fmt: skip
+    items = compile_gate_file(path, default_registry()).items
+    assert items and all(i.params.decode_cascade for i in items)
+    assert min(len(i.params.batch.live_lens) for i in items) == 16
+
+
+def test_lint_keeps_cascade_and_min_batch_to_decode_cells() -> None:
+    from qualify.kinds.kernel_numerics.params import lint
+    from qualify.numerics.cell import KernelNumericsParams
+
+    cell = {"cartridge": {"id": "c", "length": 632}, "batch": {"id": "b", "live_lens": [9], "q_lens": [3]}}
+    decode = KernelNumericsParams.model_validate({**cell, "phase": "decode", "decode_cascade": True,
+                                                  "envelope": {"min_batch": 16}})  # fmt: skip
+    assert lint(decode, None) == []
+    prefill = KernelNumericsParams.model_validate({**cell, "phase": "prefill", "decode_cascade": False,
+                                                   "envelope": {"min_batch": 16}})  # fmt: skip
+    assert [i.field for i in lint(prefill, None)] == [("decode_cascade",), ("envelope", "min_batch")]

@@ -8,6 +8,7 @@ grid). Registered by the entry point `kernel_numerics = "qualify.kinds.kernel_nu
 from qualify.kinds.kernel_numerics.measurements import KernelNumericsMeasurements
 from qualify.kinds.kernel_numerics.params import KernelNumericsParams, lint
 from qualify.numerics.check_names import REL_L2_CHECK
+from qualify.numerics.envelope_reads import ENVELOPE_READS
 from qualify.registry import GateKindSpec
 
 SPEC = GateKindSpec(
@@ -23,5 +24,6 @@ SPEC = GateKindSpec(
     lint=lint,
     primary_check=lambda check: check.name == REL_L2_CHECK,
     generate_axes="qualify.numerics.envelope_cells:envelope_axes",
+    generate_reads=ENVELOPE_READS,
     describe="qualify.numerics.dispatch_view:describe_cell",
 )

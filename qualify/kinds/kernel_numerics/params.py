@@ -28,4 +28,6 @@ def lint(params: KindParams, gate_file: object) -> list[LintIssue]:
         issues.append(LintIssue(("prefill_impl",), f"prefill_impl {params.prefill_impl!r} needs a prefill kernel cell"))
     if params.decode_cascade is not None and (params.phase != "decode" or params.check != "kernel"):
         issues.append(LintIssue(("decode_cascade",), "decode_cascade needs a decode kernel cell"))
+    if params.envelope is not None and params.envelope.min_batch > 1 and params.phase != "decode":
+        issues.append(LintIssue(("envelope", "min_batch"), "min_batch bounds decode batches, not a prefill envelope"))
     return issues
