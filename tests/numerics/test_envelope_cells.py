@@ -90,20 +90,21 @@ def test_an_envelope_gate_must_fix_its_shape_itself(tmp_path: Path) -> None:
         compile_gate_file(path, default_registry())
 
 
+# A decode envelope gate of the Qwen3-8B shape; {envelope} is filled in per test.
+DECODE_ENVELOPE_GATE = """\
+- id: env
+  kind: kernel_numerics
+  phase: decode
+  head_dim: 128
+  num_qo_heads: 32
+  num_kv_heads: 8
+  cartridge: {{id: c, length: 632}}
+  envelope: {envelope}
+"""
+
+
 def test_envelope_fields_are_validated_at_their_line(tmp_path: Path) -> None:
-    path = _gate(
-        tmp_path,
-        """\
-        - id: env
-          kind: kernel_numerics
-          phase: decode
-          head_dim: 128
-          num_qo_heads: 32
-          num_kv_heads: 8
-          cartridge: {id: c, length: 632}
-          envelope: {max_batch: 0}
-        """,
-    )
+    path = _gate(tmp_path, DECODE_ENVELOPE_GATE.format(envelope="{max_batch: 0}"))
     with pytest.raises(GateFileError, match=r"g\.yaml:11:\d+: .*max_batch: Input should be greater than or equal to 1"):
         compile_gate_file(path, default_registry())
 
@@ -123,28 +124,17 @@ def test_qualify_list_names_the_configuration_each_cell_dispatches(capsys: pytes
 def test_an_envelope_gate_sets_its_cascade_itself(tmp_path: Path, where: str) -> None:
     # A decode_cascade the cells run with but the envelope never saw would put the default dispatch's edges under
     # cascade cells: the gate would read as covering regions it never probed.
-    gate = """\
-        - id: env
-          kind: kernel_numerics
-          phase: decode
-          head_dim: 128
-          num_qo_heads: 32
-          num_kv_heads: 8
-          cartridge: {id: c, length: 632}
-          envelope: {min_batch: 16, max_batch: 40}
-        """
+    gate = DECODE_ENVELOPE_GATE.format(envelope="{min_batch: 16, max_batch: 40}")
     path = tmp_path / "g.yaml"
     if where == "matrix":
-        body = textwrap.dedent(gate) + "  matrix:\n    decode_cascade: [true]\n"
-        path.write_text("suite: s\nversion: 1\ngates:\n" + textwrap.indent(body, "  "))
+        _gate(tmp_path, gate + "  matrix:\n    decode_cascade: [true]\n")
     else:
-        path.write_text("suite: s\nversion: 1\ndefaults:\n  decode_cascade: true\ngates:\n"
-                        + textwrap.indent(textwrap.dedent(gate), "  "))  # fmt: skip
+        defaults = "suite: s\nversion: 1\ndefaults:\n  decode_cascade: true\ngates:\n"
+        path.write_text(defaults + textwrap.indent(gate, "  "))
     with pytest.raises(GateFileError, match=r"'decode_cascade' is read by the gate's envelope: set it on the gate"):
         compile_gate_file(path, default_registry())
     # Set on the gate, the envelope expands the cascade's own regions (min_batch keeps them to batch 16 on).
-    path.write_text("suite: s\nversion: 1\ngates:\n"
-                    + textwrap.indent(textwrap.dedent(gate) + "  decode_cascade: true\n", "  "))  # fmt: skip
+    _gate(tmp_path, gate + "  decode_cascade: true\n")
     items = compile_gate_file(path, default_registry()).items
     assert items and all(i.params.decode_cascade for i in items)
     assert min(len(i.params.batch.live_lens) for i in items) == 16
