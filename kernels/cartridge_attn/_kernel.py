@@ -49,6 +49,7 @@ from .heuristics import (  # noqa: F401  (re-exported: the API and the tests rea
     KernelConfig,
     cascade_by_default,
     cascade_rows,
+    cascade_state_rows,
     decode_config,
     gluon_shared_bytes,
     prefill_config,

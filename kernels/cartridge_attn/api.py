@@ -163,7 +163,7 @@ def _split_workspace(
             "split_ml": torch.empty(states * 2 * cfg.block_m, **f32),
             "split_count": torch.zeros(batch * num_kv_heads, dtype=torch.int32, device=dev),
         }
-    rows = batch * num_qo_heads * cfg.cart_splits if cfg.cart_rows else 0
+    rows = K.cascade_state_rows(cfg, batch, num_qo_heads)
     tensors["cart_o"] = torch.empty(rows * head_dim, **f32) if rows else one
     tensors["cart_ml"] = torch.empty(rows * 2, **f32) if rows else one
     return tensors

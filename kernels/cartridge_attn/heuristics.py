@@ -171,6 +171,12 @@ def cascade_rows(decode_cascade: bool | None) -> int | None:
     return None if decode_cascade is None else (CASCADE_DEFAULT_ROWS if decode_cascade else 0)
 
 
+def cascade_state_rows(config: KernelConfig, batch: int, num_qo_heads: int) -> int:
+    """Rows of the states a decode cascade hands from its first launch to its second: one per (request, query head)
+    per cartridge range (each ``head_dim`` accumulators, a max and a sum); 0 without a cascade."""
+    return batch * num_qo_heads * config.cart_splits if config.cart_rows else 0
+
+
 def cascade_by_default(batch: int) -> bool:
     """Whether the default decode of ``batch`` requests is a cascade (when the shape is known)."""
     return CASCADE_MIN_BATCH is not None and batch >= CASCADE_MIN_BATCH

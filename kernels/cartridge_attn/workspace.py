@@ -73,8 +73,7 @@ class DecodeWorkspace:
                 states = batch * num_kv_heads * cfg.splits
                 rows = max(rows, states * cfg.block_m * head_dim)
                 ml = max(ml, states * 2 * cfg.block_m)
-            if cfg.cart_rows:
-                cart = max(cart, batch * num_qo_heads * cfg.cart_splits)
+            cart = max(cart, K.cascade_state_rows(cfg, batch, num_qo_heads))
         f32 = {"dtype": torch.float32, "device": self.device}
         self.num_qo_heads = num_qo_heads
         self.decode_cascade = decode_cascade  # its states fit only a wrapper with the same setting
@@ -123,7 +122,7 @@ class DecodeWorkspace:
         """A decode cascade's cartridge states (one-element stand-ins without a cascade)."""
         if not config.cart_rows:
             return {"cart_o": self.cart_o[:1], "cart_ml": self.cart_ml[:1]}
-        rows = batch * self.num_qo_heads * config.cart_splits
+        rows = K.cascade_state_rows(config, batch, self.num_qo_heads)
         if rows * self.head_dim > self.cart_o.numel():
             raise UnsupportedLayoutError(
                 "decode workspace",

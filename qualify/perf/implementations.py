@@ -122,7 +122,7 @@ KERNEL_SET = ImplementationSet(
         ),
         Implementation(
             "fused-k16v8-cascade",
-            "the same K16/V8 decode as a cascade: every request's rows over the cartridge in 64-row tiles, then the "
+            "the same K16/V8 decode as a cascade: every request's rows over the cartridge in wide row tiles, then the "
             "fused kernel over the live pages from the merged states (two launches; decode only)",
             frozenset({"decode_tokens_per_s"}),
             builder=f"{_KERNELS}:build_fused_k16v8_cascade",

@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 from _serving_kernels import randint, seeded_generator
-from cartridge_attn import CartridgeAttention, check_live_pages, random_problem
+from cartridge_attn import CartridgeAttention, LayerOperands, check_live_pages, random_problem
 from cartridge_attn import _kernel as K
 from cartridge_attn.launch import DirectLaunches, int_specialization, pointer_specialization
 
@@ -105,12 +105,7 @@ def test_serving_calls_key_every_specialization_that_can_change(kernel_device, r
     pr = random_problem([1, 1, 1], [5, 9, 3], device=kernel_device, seed=randint(gen, 0, 2**31 - 1))
     attn = CartridgeAttention()
     attn.plan(*pr.page_table(), **pr.plan_kwargs())
-    layer = attn.check_layer(pr.cartridge_k, pr.cartridge_v, pr.paged_kv, direct_launch=True, **pr.run_kwargs())
-    want = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, **pr.run_kwargs())
-    for _ in range(2):
-        got = torch.full_like(want, float("nan"))
-        attn.run_layer(pr.q, layer, got)
-        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    layer = _two_direct_launches_match_the_jit(attn, pr)
     assert keys[0] == keys[1]
     # The batch is not specialized (the kernel's do_not_specialize): a lone request under the same configuration is
     # the same binary, so it launches directly instead of compiling one for batch 1.
@@ -145,3 +140,30 @@ def test_serving_calls_key_every_specialization_that_can_change(kernel_device, r
     pages.write(kv[:, 0], kv[:, 1], slots.to(torch.int32))
     assert keys[0] == keys[1] != keys[2] and keys[3] not in (keys[0], keys[2])  # a slot mapping of another type
     assert (layer.launches.direct_launches == 0) == K.INTERPRETED  # the interpreter compiles nothing to reuse
+
+
+def test_a_cascade_launches_both_kernels_directly_with_the_jit_s_results(kernel_device, request) -> None:
+    """A decode cascade through run_layer: the cascade launch and the live walk each through their own
+    DirectLaunches (arguments checked against each kernel's parameters when it compiles), bit-equal to the JIT path
+    on every launch; on a GPU the second step skips Triton's binding for both kernels."""
+    gen = seeded_generator(request.node.nodeid)
+    pr = random_problem([1] * 5, [5, 9, 3, 17, 1], device=kernel_device, seed=randint(gen, 0, 2**31 - 1))
+    attn = CartridgeAttention(decode_cascade=True)
+    attn.plan(*pr.page_table(), **pr.plan_kwargs())
+    assert attn.plan_info.config.cart_rows
+    layer = _two_direct_launches_match_the_jit(attn, pr)
+    assert layer.launches is not None and layer.cascade_launches is not None
+    if kernel_device.type == "cuda":  # the interpreter returns no compiled kernel to launch directly
+        assert layer.launches.direct_launches == 1 and layer.cascade_launches.direct_launches == 1
+
+
+def _two_direct_launches_match_the_jit(attn: CartridgeAttention, pr) -> LayerOperands:
+    """Check `pr`'s layer for direct launches, then run it twice through run_layer into NaN: bit-equal to the JIT
+    path's output each time. Returns the layer (its DirectLaunches)."""
+    layer = attn.check_layer(pr.cartridge_k, pr.cartridge_v, pr.paged_kv, direct_launch=True, **pr.run_kwargs())
+    want = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, **pr.run_kwargs())
+    for _ in range(2):
+        got = torch.full_like(want, float("nan"))
+        attn.run_layer(pr.q, layer, got)
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    return layer
