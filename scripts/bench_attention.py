@@ -213,10 +213,11 @@ def sweep(
                 for cand in decode if m.phase == "decode" else prefill:
                     if m.phase == "decode":
                         # An omitted cascade field is the dispatch's choice; an explicit CR 0 is no cascade.
-                        r, bn, w, s, k, cr, cs = (*cand, None, None)[:7]
+                        r, bn, w, s, k, cr, cs, pdl = (*cand, None, None, 1)[:8]
                         cfg = ca.decode_config(group, shape.head_dim, batch, live, reqs=r, block_n=bn, num_warps=w,
                                                num_stages=s, splits=k or None, cart_rows=cr,
-                                               cart_splits=cs or None, num_kv_heads=shape.num_kv_heads,
+                                               cart_splits=cs or None, cart_pdl=bool(pdl),
+                                               num_kv_heads=shape.num_kv_heads,
                                                cartridge_len=shape.cartridge_len)  # fmt: skip
                     elif len(cand) == 3:
                         bm, bn, s = cand
@@ -262,10 +263,11 @@ def main() -> int:
         "--l2", choices=["cold", "warm", "both"], default="cold", help="each layer's own buffers or one set"
     )
     ap.add_argument("--batches", nargs="+", type=int, help="with --tune: sweep only these batches")
-    ap.add_argument("--decode-candidates", nargs="+", metavar="R,BN,W,S,K[,CR,CS]",
+    ap.add_argument("--decode-candidates", nargs="+", metavar="R,BN,W,S,K[,CR,CS[,P]]",
                     help="with --tune: these decode configurations (requests per program, block_n, warps, stages, "
-                         "splits, 0 for the default; a decode cascade's rows per tile, 0 for none, and its cartridge "
-                         "ranges, 0 for the default; without CR the dispatch decides) instead of the built-in "
+                         "splits, 0 for the default; a decode cascade's rows per tile, 0 for none, its cartridge "
+                         "ranges, 0 for the default, and P 0 for a live walk launched after it, not as its "
+                         "programmatic dependent; without CR the dispatch decides) instead of the built-in "
                          "list")  # fmt: skip
     ap.add_argument("--prefill-impls", nargs="+", choices=IMPLS, default=["triton"],
                     help="with --tune: the prefill implementations whose candidates are swept")  # fmt: skip
@@ -277,8 +279,8 @@ def main() -> int:
             candidates = [tuple(int(x) for x in c.split(",")) for c in args.decode_candidates]
         except ValueError:
             ap.error(f"--decode-candidates: integers R,BN,W,S,K, got {args.decode_candidates}")
-        if any(len(c) not in (5, 6, 7) for c in candidates):
-            ap.error(f"--decode-candidates: 5 to 7 integers each (R,BN,W,S,K[,CR,CS]), got {args.decode_candidates}")
+        if any(len(c) not in (5, 6, 7, 8) for c in candidates):
+            ap.error(f"--decode-candidates: 5 to 8 integers each (R,BN,W,S,K[,CR,CS[,P]]): {args.decode_candidates}")
     wanted = {"decode": ["decode_tokens_per_s"], "prefill": ["ttft_proxy_ms"]}.get(args.only, list(PHASES))
     env = {
         "commit": args.commit,

@@ -5,8 +5,8 @@
 #   bash scripts/gpu_speed.sh sweep <commit>     (carry .gpu)  the kernel's GPU tests, then the decode and prefill
 #        configuration sweeps (bench_attention.py --tune --sweep-only): what the dispatch table is chosen from
 #   CANDIDATES="1,128,4,2,2 ..." bash scripts/gpu_speed.sh cascade <commit>   (carry .gpu) the decode cascade's GPU
-#        tests, then a decode sweep (BATCHES, default 1 16 64) of the given candidates (R,BN,W,S,K[,CR,CS]; K or CS 0
-#        for the default, CR 0 for no cascade, no CR for the dispatch's choice) with a table of per-layer times
+#        tests, then a decode sweep (BATCHES, default 1 16 64) of the given candidates (R,BN,W,S,K[,CR,CS[,P]]; K or CS 0
+#        for the default, CR 0 for no cascade, no CR for the dispatch's choice, P 0 for a serial live walk) with a table of per-layer times
 #   bash scripts/gpu_speed.sh cascade-qualify    (carry .gpu) the decode cascade's numerics gates (numerics-cascade-*,
 #        signed) and its mutants against those gates alone (signed), side by side
 #   bash scripts/gpu_speed.sh cascade-perf       (carry as for `targets`; vLLM staged by earlier calls)
@@ -94,11 +94,12 @@ cascade)
     gpu
     log "kernel GPU tests: the decode cascade and the fused kernel's small shapes"
     timeout "${TEST_TIMEOUT:-240}" python3 -m pytest tests/kernels/test_cartridge_attn_gpu.py \
-      tests/kernels/test_cartridge_attn_interpreter.py -q -rs -n 8 -p no:cacheprovider -k "${TESTS_K:-cascade or decode}" \
+      tests/kernels/test_cartridge_attn_interpreter.py tests/kernels/test_serving_paths_gpu.py \
+      tests/kernels/test_direct_launch.py -q -rs -n 8 -p no:cacheprovider -k "${TESTS_K:-cascade or decode or graph}" \
       >"$OUT/tests.log" 2>&1
     echo "pytest exit $?"
     grep -E "passed|failed|^FAILED|^ERROR" "$OUT/tests.log" | tail -n 12
-    log "decode sweep: the defaults beside cascades (R,BN,W,S,K,CR,CS)"
+    log "decode sweep: the defaults beside cascades (R,BN,W,S,K,CR,CS,P)"
     # shellcheck disable=SC2086
     timeout "${SWEEP_TIMEOUT:-330}" python3 scripts/bench_attention.py --out "$OUT" --commit "$commit" --tune \
       --sweep-only --only decode --batches ${BATCHES:-1 16 64} --decode-candidates ${CANDIDATES:?} >"$OUT/sweep.log" 2>&1
@@ -108,7 +109,7 @@ import json, sys
 rows = json.load(open(sys.argv[1]))["sweep"]
 for r in rows:
     c = r["config"]
-    tag = f"r{c['reqs_per_program']}n{c['block_n']}w{c['num_warps']}s{c['num_stages']}k{c['splits']}c{c['cart_rows']}x{c['cart_splits']}"
+    tag = f"r{c['reqs_per_program']}n{c['block_n']}w{c['num_warps']}s{c['num_stages']}k{c['splits']}c{c['cart_rows']}x{c['cart_splits']}{'p' if c.get('cart_pdl') else ''}"
     print(f"{r['batch']:>3} {r['tokens']:>5} {tag:<24} {r.get('per_layer_us', r.get('error', ''))!s:.60}")
 PY
   } 2>&1 | tee "$OUT/step.log"

@@ -5,8 +5,9 @@ the same cartridge tile crosses the L2 to the SMs 32 times per KV head, and each
 tiles is as long as the cartridge. Here one tile of rows holds the decode queries of ``BLOCK_M // GROUP``
 requests (every row sees the whole cartridge, so no mask but the range's end), the cartridge is split into
 ``CART_SPLITS`` ranges over as many programs, and each program writes its rows' unnormalized online-softmax
-state. The fused kernel's next launch (``CART_STATES``) starts each row from the merge of these states and walks
-the live pages only: one softmax per row, exact up to the order of additions.
+state. The fused kernel's next launch (``CART_STATES``) walks the live pages only and merges these states into each
+row's state at its end: one softmax per row, exact up to the order of additions. With ``cart_pdl`` that launch is
+this one's programmatic dependent, so the live walk runs while the cartridge is being attended.
 """
 
 from __future__ import annotations
@@ -44,7 +45,12 @@ def cartridge_cascade_kernel(
     CART_SPLITS: tl.constexpr,
     CV_FP8: tl.constexpr,
     DOT_F32: tl.constexpr,
+    LAUNCH_DEPENDENTS: tl.constexpr = False,
 ):
+    if LAUNCH_DEPENDENTS:
+        # The live walk (a programmatic dependent launch) may start once every program here has begun: it reads
+        # these states only after waiting for this launch to end.
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
     split = tl.program_id(2)
@@ -80,7 +86,7 @@ def cartridge_cascade_kernel(
         acc, m_i, l_i = _attend(acc, m_i, l_i, q, k, v, ok[None, :], cv_scale, qk_scale, True, CV_FP8, False, DOT_F32)
     if CV_FP8:
         acc = acc * cv_scale
-    # State `split` of row (req, head): the layout `_kernel._merge_states` reads.
+    # State `split` of row (req, head): the layout `_kernel._fold_states` reads.
     state_rows = num_reqs * num_heads
     rows = req * num_heads + heads
     tl.store(cart_o_ptr + (split * state_rows + rows).to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :], acc,

@@ -124,23 +124,27 @@ def _attend(
 
 
 @triton.jit
-def _merge_states(o_ptr, ml_ptr, rows, ok, state_rows, offs_d, STATES: tl.constexpr, HEAD_DIM: tl.constexpr):
-    """The exact merge of STATES online-softmax states of ``rows`` (state ``s`` of row ``r``: accumulator at
-    ``o_ptr[(s * state_rows + r) * HEAD_DIM:]``, max and sum at ``ml_ptr[2 * s * state_rows + r]`` and
-    ``[... + state_rows + r]``, the max in scaled log2 units). Rows not ``ok`` come out empty: max -inf, sum 0."""
-    m = tl.full(rows.shape, float("-inf"), tl.float32)
+def _fold_states(
+    acc, m_i, l_i, o_ptr, ml_ptr, rows, ok, state_rows, offs_d, STATES: tl.constexpr, HEAD_DIM: tl.constexpr
+):
+    """The running state (``acc``, ``m_i``, ``l_i``) of ``rows`` merged exactly with STATES more online-softmax
+    states (state ``s`` of row ``r``: accumulator at ``o_ptr[(s * state_rows + r) * HEAD_DIM:]``, max and sum at
+    ``ml_ptr[2 * s * state_rows + r]`` and ``[... + state_rows + r]``, the max in scaled log2 units). Rows not
+    ``ok`` keep the running state; an empty state (max -inf, sum 0) weighs nothing."""
+    m = m_i
     for s in tl.static_range(STATES):
         m = tl.maximum(m, tl.load(ml_ptr + 2 * s * state_rows + rows, mask=ok, other=float("-inf")))
-    l_sum = tl.zeros(rows.shape, tl.float32)
-    acc = tl.zeros([rows.shape[0], HEAD_DIM], tl.float32)
     m_ref = tl.where(m == float("-inf"), 0.0, m)
+    w_run = tl.math.exp2(m_i - m_ref)  # 0 for an empty running state
+    l_sum = l_i * w_run
+    acc = acc * w_run[:, None]
     for s in tl.static_range(STATES):
         m_s = tl.load(ml_ptr + 2 * s * state_rows + rows, mask=ok, other=float("-inf"))
         w = tl.where(m_s == float("-inf"), 0.0, tl.math.exp2(m_s - m_ref))  # an empty state weighs 0
         l_sum += w * tl.load(ml_ptr + (2 * s + 1) * state_rows + rows, mask=ok, other=0.0)
         part = o_ptr + (s * state_rows + rows).to(tl.int64)[:, None] * HEAD_DIM + offs_d[None, :]
         acc += w[:, None] * tl.load(part, mask=ok[:, None], other=0.0)
-    return m, l_sum, acc
+    return acc, m, l_sum
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -204,6 +208,7 @@ def cartridge_attn_kernel(
     WARP_SPEC: tl.constexpr,
     CART_TMA: tl.constexpr,
     CART_STATES: tl.constexpr = 0,
+    CART_PDL: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     kvh = tl.program_id(1)
@@ -215,9 +220,9 @@ def cartridge_attn_kernel(
     offs_n = tl.arange(0, BLOCK_N)
     offs_d = tl.arange(0, HEAD_DIM)
     BN_R: tl.constexpr = BLOCK_N // REQS  # live columns per request per tile
-    # A range of live keys only, past a short packed request's end, masks every key of that request's rows; so
-    # does, for every row, a range that starts with no cartridge state (a cascade's later splits).
-    EMPTY_ROWS: tl.constexpr = SPLITS > 1 and (REQS > 1 or CART_STATES > 0)
+    # A range of live keys only, past a short packed request's end, masks every key of that request's rows; a
+    # cascade's live walk starts with no cartridge state, so a row can meet a fully masked tile first.
+    EMPTY_ROWS: tl.constexpr = (SPLITS > 1 and REQS > 1) or CART_STATES > 0
 
     if DECODE:
         row_req_local = offs_m // GROUP
@@ -275,18 +280,9 @@ def cartridge_attn_kernel(
     # ---- cartridge: dense rows [0, cart_len), no page table ------------------------------------
     n_cart = cart_len
     if CART_STATES > 0:
-        # Decode cascade: `cartridge_cascade_kernel` attended every request's rows over the cartridge, many rows
-        # per tile, in the launch before; its CART_STATES partial states of these rows are merged into the
-        # starting state of the (first) range, and this program walks live keys only.
+        # Decode cascade: `cartridge_cascade_kernel` attends every request's rows over the cartridge, many rows per
+        # tile, in the launch before; this program walks live keys only and merges those states at its end.
         n_cart = 0
-        st_rows = row_req * (tl.num_programs(1) * GROUP) + heads
-        st_ok = row_ok
-        if SPLITS > 1:
-            st_ok = st_ok & (offs_m * 0 + split == 0)  # a vector mask: the interpreter takes no scalar in it
-        m_i, l_i, acc = _merge_states(
-            cart_o_ptr, cart_ml_ptr, st_rows, st_ok, num_reqs * tl.num_programs(1) * GROUP, offs_d,
-            CART_STATES, HEAD_DIM,
-        )  # fmt: skip
     ck_base = ck_ptr + kvh * stride_ckh
     cv_base = cv_ptr + kvh * stride_cvh
     if SPLITS > 1:
@@ -383,6 +379,20 @@ def cartridge_attn_kernel(
         acc, m_i, l_i = _attend(
             acc, m_i, l_i, q, k, v, visible, lv_scale, qk_scale, True, LV_FP8, LV_SCALE_P, DOT_F32, EMPTY_ROWS
         )
+
+    if CART_STATES > 0:
+        # Launched as the cascade's programmatic dependent, this program may have run beside it until here: wait
+        # for its states. Every program waits, so that this launch's end implies the cascade's.
+        if CART_PDL:
+            tl.extra.cuda.gdc_wait()
+        st_rows = row_req * (tl.num_programs(1) * GROUP) + heads
+        st_ok = row_ok
+        if SPLITS > 1:
+            st_ok = st_ok & (offs_m * 0 + split == 0)  # a vector mask: the interpreter takes no scalar in it
+        acc, m_i, l_i = _fold_states(
+            acc, m_i, l_i, cart_o_ptr, cart_ml_ptr, st_rows, st_ok, num_reqs * tl.num_programs(1) * GROUP, offs_d,
+            CART_STATES, HEAD_DIM,
+        )  # fmt: skip
 
     o_ptrs = o_ptr + q_row[:, None].to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
     if SPLITS > 1:

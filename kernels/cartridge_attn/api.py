@@ -941,7 +941,10 @@ class CartridgeAttention:
             t["qo_indptr"], t["kv_indptr"], t["kv_indices"], t["kv_len"], t["tile_req"], t["tile_row"],
             t["split_o"], t["split_ml"], t["split_count"], t["cart_o"], t["cart_ml"],
         )  # fmt: skip
-        self.last_cascade_compiled = self._launch_cascade(q, layer, cfg, qk_scale) if cfg.cart_rows else None
+        # The interpreter has no grid dependency control: there the live walk follows the cascade, as it does
+        # without cart_pdl, with the same sums.
+        pdl = cfg.cart_pdl and not K.INTERPRETED
+        self.last_cascade_compiled = self._launch_cascade(q, layer, cfg, qk_scale, pdl) if cfg.cart_rows else None
         args = (
             q, out, ck, cv, ck_desc, cv_desc, layer.cartridge_v_scale, live_k, live_v, layer.live_v_scale,
             *plan_tensors,
@@ -958,8 +961,11 @@ class CartridgeAttention:
             "CV_FP8": p.cartridge_v_dtype == K.FP8_DTYPE, "LV_FP8": p.live_v_dtype == K.FP8_DTYPE,
             "DOT_F32": K.INTERPRETED, "SPLITS": cfg.splits, "WARP_SPEC": cfg.warp_specialize,
             "CART_TMA": cfg.cartridge_tma, "CART_STATES": cfg.cart_splits if cfg.cart_rows else 0,
+            "CART_PDL": pdl,
         }  # fmt: skip
         options = {"num_warps": cfg.num_warps, "num_stages": cfg.num_stages}
+        if pdl:
+            options["launch_pdl"] = True
         if layer.launches is None:
             self.last_compiled = K.cartridge_attn_kernel[p.grid](*args, **constexprs, **options)
             return out
@@ -973,8 +979,11 @@ class CartridgeAttention:
         self.last_compiled = layer.launches.launch(p.grid, key, args, constexprs, options)
         return out
 
-    def _launch_cascade(self, q: torch.Tensor, layer: LayerOperands, cfg: K.KernelConfig, qk_scale: float) -> Any:
-        """A decode cascade's first launch: every request's rows over the cartridge, into the plan's states."""
+    def _launch_cascade(
+        self, q: torch.Tensor, layer: LayerOperands, cfg: K.KernelConfig, qk_scale: float, pdl: bool
+    ) -> Any:
+        """A decode cascade's first launch: every request's rows over the cartridge, into the plan's states; with
+        ``pdl``, letting the live walk launch as soon as every program has begun."""
         p = self.plan_info
         t = p.tensors
         group = p.num_qo_heads // p.num_kv_heads
@@ -987,6 +996,7 @@ class CartridgeAttention:
         constexprs = {
             "GROUP": group, "HEAD_DIM": p.head_dim, "BLOCK_M": cfg.cart_rows, "BLOCK_N": K.CASCADE_BLOCK_N,
             "CART_SPLITS": cfg.cart_splits, "CV_FP8": p.cartridge_v_dtype == K.FP8_DTYPE, "DOT_F32": K.INTERPRETED,
+            "LAUNCH_DEPENDENTS": pdl,
         }  # fmt: skip
         options = {"num_warps": max(4, cfg.cart_rows // 16), "num_stages": 2}
         if layer.cascade_launches is None:

@@ -222,6 +222,7 @@ class Specialization:
     impl: str = "triton"
     cart_rows: int = 0
     cart_splits: int = 1
+    cart_pdl: bool = False
 
     @property
     def key(self) -> str:
@@ -236,6 +237,7 @@ class Specialization:
         return K.KernelConfig(
             self.block_m, self.block_n, self.reqs_per_program, self.num_warps, self.num_stages, self.splits,
             self.warp_specialize, self.cartridge_tma, self.impl, self.cart_rows, self.cart_splits,
+            self.cart_pdl,
         )  # fmt: skip
 
 
@@ -262,4 +264,5 @@ def specialization_of(plan: Plan) -> Specialization:
         impl=c.impl,
         cart_rows=c.cart_rows,
         cart_splits=c.cart_splits,
+        cart_pdl=c.cart_pdl,
     )

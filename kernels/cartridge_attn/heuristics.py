@@ -56,6 +56,10 @@ class KernelConfig:
     cart_splits : int
         Decode only, with ``cart_rows``: the cascade's programs per row tile, each over its own range of the
         cartridge.
+    cart_pdl : bool
+        Decode only, with ``cart_rows``: the live walk is launched as a programmatic dependent of the cascade
+        (SM90 programmatic dependent launch) so that the two run at once; it reads the cascade's states only at
+        its end, after waiting for that launch. False: it starts when the cascade has ended (the same sums).
     impl : str
         ``"triton"``: the Triton kernel (`_kernel`). ``"gluon"``: prefill only, the warp-specialized Gluon kernel
         (`_gluon_prefill`): a TMA producer warp and ``block_m // 64`` consumer warpgroups; ``num_warps`` is then
@@ -73,6 +77,7 @@ class KernelConfig:
     impl: str = "triton"
     cart_rows: int = 0
     cart_splits: int = 1
+    cart_pdl: bool = False
 
     def __post_init__(self) -> None:
         if self.impl not in IMPLS:
@@ -99,8 +104,8 @@ class KernelConfig:
                 f"a decode cascade takes cart_rows in {CASCADE_ROWS} and 1 to {CASCADE_SPLITS_MAX} cart_splits, "
                 f"on the Triton kernel without prefill options: {self}"
             )
-        if not self.cart_rows and self.cart_splits != 1:
-            raise ValueError(f"cart_splits without cart_rows: {self}")
+        if not self.cart_rows and (self.cart_splits != 1 or self.cart_pdl):
+            raise ValueError(f"cart_splits or cart_pdl without cart_rows: {self}")
 
     def as_dict(self) -> dict[str, int | bool]:
         return asdict(self)
@@ -108,13 +113,14 @@ class KernelConfig:
     @property
     def tag(self) -> str:
         """A short name, e.g. ``m16n128r2w4s3`` (block_m, block_n, reqs_per_program, warps, stages), ``k4``
-        appended for 4 splits, ``c64x5`` for a decode cascade of 64-row tiles over 5 cartridge ranges, ``tma`` for
+        appended for 4 splits, ``c64x5`` for a decode cascade of 64-row tiles over 5 cartridge ranges (``c64x5p``
+        with the live walk a programmatic dependent launch), ``tma`` for
         TMA cartridge loads, ``ws`` for warp specialization and ``gl`` for the Gluon implementation."""
         split = f"k{self.splits}" if self.splits > 1 else ""
         tma = "tma" if self.cartridge_tma else ""
         ws = "ws" if self.warp_specialize else ""
         gl = "gl" if self.impl == "gluon" else ""
-        cascade = f"c{self.cart_rows}x{self.cart_splits}" if self.cart_rows else ""
+        cascade = f"c{self.cart_rows}x{self.cart_splits}{'p' if self.cart_pdl else ''}" if self.cart_rows else ""
         shape = f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}"
         return f"{shape}{split}{cascade}{tma}{ws}{gl}"
 
@@ -197,6 +203,7 @@ def decode_config(
     num_stages: int | None = None,
     cart_rows: int | None = None,
     cart_splits: int | None = None,
+    cart_pdl: bool = True,
 ) -> KernelConfig:
     """Decode configuration; the defaults follow the H200 sweep recorded in results/2026-11-29-kernel-h200/.
 
@@ -211,7 +218,8 @@ def decode_config(
     (`_cascade`): one launch attends every request's rows over the cartridge in tiles of ``cart_rows`` rows (each
     cartridge tile read once per tile of rows, not once per request), split into ``cart_splits`` ranges of about
     ``CASCADE_RANGE_KEYS`` keys; the fused kernel then walks the live pages only, so its split count follows the
-    live keys. ``cart_rows=0`` turns the cascade off.
+    live keys, as a programmatic dependent of the cascade unless ``cart_pdl`` is False. ``cart_rows=0`` turns the
+    cascade off.
     """
     shape_known = num_kv_heads is not None and cartridge_len is not None
     if cart_rows is None:
@@ -226,7 +234,7 @@ def decode_config(
         group, batch, max_live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len, splits=splits, reqs=reqs,
         block_n=block_n, num_warps=num_warps, num_stages=num_stages,
     )  # fmt: skip
-    return replace(cfg, cart_rows=cascade, cart_splits=cart_splits or 1) if cascade else cfg
+    return replace(cfg, cart_rows=cascade, cart_splits=cart_splits or 1, cart_pdl=cart_pdl) if cascade else cfg
 
 
 def _decode_walk_config(

@@ -123,7 +123,8 @@ KERNEL_SET = ImplementationSet(
         Implementation(
             "fused-k16v8-cascade",
             "the same K16/V8 decode as a cascade: every request's rows over the cartridge in wide row tiles, then the "
-            "fused kernel over the live pages from the merged states (two launches; decode only)",
+            "fused kernel over the live pages beside it, merging its states at the end (two launches, the second a "
+            "programmatic dependent of the first; decode only)",
             frozenset({"decode_tokens_per_s"}),
             builder=f"{_KERNELS}:build_fused_k16v8_cascade",
             bytes=_SHARED_K16V8,

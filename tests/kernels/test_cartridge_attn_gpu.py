@@ -46,20 +46,38 @@ def test_qwen_decode(cart_v: torch.dtype, reqs: int | None) -> None:
 
 
 @pytest.mark.parametrize(
-    ("batch", "cart_rows", "cart_splits", "reqs", "splits"),
-    [(16, 64, 5, 1, 2), (64, 64, 2, 2, 1), (37, 128, 3, 1, 1), (64, 16, 1, 1, 1)],
-    ids=["b16-c64x5-k2", "b64-c64x2-r2", "b37-c128x3", "b64-c16x1"],
-)
-def test_qwen_decode_cascade(batch: int, cart_rows: int, cart_splits: int, reqs: int, splits: int) -> None:
-    # bf16 dots and the FP8 cartridge V as compiled for SM90: the cascade's states merged into the live walk.
+    ("batch", "cart_rows", "cart_splits", "reqs", "splits", "pdl"),
+    [(16, 64, 5, 1, 2, True), (64, 64, 2, 2, 1, True), (37, 128, 3, 1, 1, True), (64, 16, 1, 1, 1, True),
+     (16, 64, 5, 1, 2, False), (64, 64, 4, 2, 1, False)],
+    ids=["b16-c64x5p-k2", "b64-c64x2p-r2", "b37-c128x3p", "b64-c16x1p", "b16-c64x5-k2", "b64-c64x4-r2"],
+)  # fmt: skip
+def test_qwen_decode_cascade(batch: int, cart_rows: int, cart_splits: int, reqs: int, splits: int, pdl: bool) -> None:
+    # bf16 dots and the FP8 cartridge V as compiled for SM90: the cascade's states merged into the live walk, which
+    # (pdl) is launched as the cascade's programmatic dependent and waits for it in the kernel.
     live = torch.randint(1, 1100, (batch,)).tolist()
     pr = random_problem([1] * batch, live, cartridge_v_dtype=V8, device=CUDA, **QWEN)
     pr.poison_free_slots()
     cfg = decode_config(4, 128, batch, max(live), reqs=reqs, splits=splits, cart_rows=cart_rows,
-                        cart_splits=cart_splits)  # fmt: skip
+                        cart_splits=cart_splits, cart_pdl=pdl)  # fmt: skip
     o = run_fused(pr, config=cfg)
-    assert o.attn.last_cascade_compiled is not None
+    cascade, walk = o.attn.last_cascade_compiled, o.attn.last_compiled
+    assert cascade is not None
     assert_matches(o)
+    # The dependency is in the binaries and the launch, or the two launches were serial and "p" names nothing.
+    assert ("griddepcontrol.launch_dependents" in cascade.asm["ptx"]) == pdl
+    assert ("griddepcontrol.wait" in walk.asm["ptx"]) == pdl
+    assert bool(walk.metadata.launch_pdl) == pdl and not cascade.metadata.launch_pdl
+
+
+def test_a_dependent_live_walk_waits_for_the_cascade_s_states() -> None:
+    # The case a missing wait loses: a long cascade (4,096 cartridge keys, 256 requests) beside live walks of a few
+    # keys that reach their merge long before it ends, its states NaN-poisoned before every launch (run_fused).
+    for _ in range(3):
+        live = torch.randint(1, 9, (256,)).tolist()
+        pr = random_problem([1] * 256, live, cartridge_v_dtype=V8, device=CUDA, **{**QWEN, "cartridge_len": 4096})
+        o = run_fused(pr, config=decode_config(4, 128, 256, max(live), cart_rows=64, cart_splits=2))
+        assert o.attn.plan_info.config.cart_pdl
+        assert_matches(o)
 
 
 @pytest.mark.parametrize(

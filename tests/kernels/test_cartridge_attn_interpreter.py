@@ -176,7 +176,7 @@ def test_decode_cascade_matches_the_reference(
     first = run_fused(pr, mode="decode", config=cfg)
     assert_matches(first)
     assert first.attn.last_cascade_compiled is not None or not torch.cuda.is_available()
-    assert kernel_identity(first.attn)["specialization"].endswith(f"c{cart_rows}x{cart_splits}")
+    assert kernel_identity(first.attn)["specialization"].endswith(f"c{cart_rows}x{cart_splits}p")
     assert int(first.attn.plan_info.tensors["split_count"].sum()) == 0
     again = launch_again(first, pr)
     assert torch.equal(again.view(torch.int16), first.out.view(torch.int16))

@@ -101,8 +101,15 @@ def test_write_live_kv_into_vllm_layout(v_dtype: torch.dtype) -> None:
 GRAPH_BATCHES = [(1, 0), (3, 1), (13, 3), (40, 24)]
 
 
-@pytest.mark.parametrize(("real", "pad"), GRAPH_BATCHES, ids=[f"b{r}-pad{p}" for r, p in GRAPH_BATCHES])
-def test_cuda_graph_of_a_plan_replays_later_batches(real: int, pad: int) -> None:
+# The decode cascade's two launches, the live walk a programmatic dependent of the first, captured as one graph.
+GRAPH_CASES = [(*b, None) for b in GRAPH_BATCHES] + [(13, 3, True), (40, 24, True)]
+
+
+@pytest.mark.parametrize(
+    ("real", "pad", "cascade"), GRAPH_CASES,
+    ids=[f"b{r}-pad{p}{'-cascade' if c else ''}" for r, p, c in GRAPH_CASES],
+)  # fmt: skip
+def test_cuda_graph_of_a_plan_replays_later_batches(real: int, pad: int, cascade: bool | None) -> None:
     """What vLLM's full CUDA graphs do: capture one decode launch over persistent engine buffers (planned, like
     vLLM's capture, with every live length 1 and the engine's longest context as the bound), then for each new
     step write the batch into the same buffers, plan again and replay. The replayed graph must compute every
@@ -126,12 +133,12 @@ def test_cuda_graph_of_a_plan_replays_later_batches(real: int, pad: int) -> None
     cv_scale = (torch.rand(h_kv, device=CUDA) + 0.5).float()
     lv_scale = (torch.rand(h_kv, device=CUDA) + 0.5).float()
     ws = DecodeWorkspace(max_batch=max_batch, num_qo_heads=h_q, num_kv_heads=h_kv, head_dim=d, cartridge_len=t_c,
-                         max_live=bound, device=CUDA)  # fmt: skip
+                         max_live=bound, device=CUDA, decode_cascade=cascade)  # fmt: skip
     shape = {"num_qo_heads": h_q, "num_kv_heads": h_kv, "head_dim": d, "page_size": ps, "cartridge_len": t_c,
              "cartridge_v_dtype": V8, "live_v_dtype": V8}  # fmt: skip
 
     def plan(lens: list[int]) -> CartridgeAttention:
-        attn = CartridgeAttention()
+        attn = CartridgeAttention(decode_cascade=cascade)
         attn.plan_block_table(qsl[: batch + 1], [1] * len(lens) + [0] * (batch - len(lens)), seq_lens[:batch],
                               table[:batch], max_seq_len=bound, workspace=ws, **shape)  # fmt: skip
         return attn
@@ -148,6 +155,7 @@ def test_cuda_graph_of_a_plan_replays_later_batches(real: int, pad: int) -> None
     live_v.copy_(torch.randn(live_v.shape, device=CUDA).to(V8))
     q.normal_()
     captured = plan([1] * batch)
+    assert bool(captured.plan_info.config.cart_pdl) == bool(cascade)
     run(captured)  # compiles outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()
