@@ -213,7 +213,7 @@ def sweep(
                 for cand in decode if m.phase == "decode" else prefill:
                     if m.phase == "decode":
                         # An omitted cascade field is the dispatch's choice; an explicit CR 0 is no cascade.
-                        r, bn, w, s, k, cr, cs, pdl = (*cand, None, None, 1)[:8]
+                        r, bn, w, s, k, cr, cs, pdl = (*cand, *(None,) * (7 - len(cand)), 1)[:8]
                         cfg = ca.decode_config(group, shape.head_dim, batch, live, reqs=r, block_n=bn, num_warps=w,
                                                num_stages=s, splits=k or None, cart_rows=cr,
                                                cart_splits=cs or None, cart_pdl=bool(pdl),

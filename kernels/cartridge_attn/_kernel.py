@@ -32,6 +32,7 @@ from .heuristics import (  # noqa: F401  (re-exported: the API and the tests rea
     CASCADE_RANGE_KEYS,
     CASCADE_ROWS,
     CASCADE_SPLITS_MAX,
+    CASCADE_UNPACKED_MAX_LIVE,
     DECODE_PACK_MIN_BATCH,
     DECODE_SPLIT_KEYS,
     DECODE_SPLIT_MAX,

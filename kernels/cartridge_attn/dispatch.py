@@ -139,7 +139,7 @@ def decode_regions(
         # In a cascade the fused kernel walks the live pages alone: its splits see no cartridge keys.
         cascade_b, cascade_l = _split_cuts(num_kv_heads, 0)
         batch_cuts |= more_b | cascade_b | ({K.CASCADE_MIN_BATCH} if K.CASCADE_MIN_BATCH is not None else set())
-        live_cuts |= more_l | cascade_l
+        live_cuts |= more_l | cascade_l | {K.CASCADE_UNPACKED_MAX_LIVE + 1}
     cart_rows = K.cascade_rows(cascade)
 
     def config(b: int, n: int) -> K.KernelConfig:

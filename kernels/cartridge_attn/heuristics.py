@@ -143,9 +143,13 @@ GPU_SMS = 132  # the H200's SMs: decode splits each (request, KV head) while bat
 DECODE_SPLIT_KEYS = 32  # ... into ranges of at least this many cartridge + live keys ...
 DECODE_SPLIT_MAX = 16  # ... at most this many, a power of two ...
 DECODE_SPLIT_NARROW_KEYS = 64  # ... and a range of at most this many keys takes 64-key tiles, not 128
-# From this batch on (with the shape known), the default decode is a cascade; None: only where asked for
-# (`CartridgeAttention(decode_cascade=True)`, `cart_rows`), until it is measured faster on the H200 ...
-CASCADE_MIN_BATCH: int | None = None
+# From this batch on (with the shape known), the default decode is a cascade whose live walk is its programmatic
+# dependent (H100 sweep, results/2026-12-06-pdl-cascade-h100: 1.39x at batch 64 / 128 live, 1.05x at 64 / 1,024,
+# 1.17x at 16 / 128); None would leave it to `CartridgeAttention(decode_cascade=True)` and `cart_rows` ...
+CASCADE_MIN_BATCH: int | None = 16
+# ... below DECODE_PACK_MIN_BATCH only up to this longest live suffix: at batch 16 and 1,024 live tokens the live
+# walk alone (128 programs over 1,024 keys each) is longer than the two-way split fused walk over 1,656 (2 % slower)
+CASCADE_UNPACKED_MAX_LIVE = 512
 CASCADE_DEFAULT_ROWS = 64  # ... of this many query rows per tile ...
 CASCADE_RANGE_KEYS = 160  # ... over cartridge ranges of about this many keys
 CASCADE_ROWS: tuple[int, ...] = (16, 32, 64, 128)  # the rows per tile a cascade may have ...
@@ -162,12 +166,12 @@ def _pow2_at_most(x: int) -> int:
     return 1 << max(0, x.bit_length() - 1)
 
 
-def decode_splits(batch: int, num_kv_heads: int, total_keys: int) -> int:
-    """Programs per (request, KV head): enough to fill the SMs, each over at least DECODE_SPLIT_KEYS keys."""
+def decode_splits(batch: int, num_kv_heads: int, total_keys: int, sms: int = GPU_SMS) -> int:
+    """Programs per (request, KV head): enough to fill ``sms`` SMs, each over at least DECODE_SPLIT_KEYS keys."""
     programs = batch * num_kv_heads
-    if programs >= GPU_SMS:
+    if programs >= sms:
         return 1
-    want = -(-GPU_SMS // programs)
+    want = -(-sms // programs)
     return _pow2_at_most(max(1, min(want, total_keys // DECODE_SPLIT_KEYS, DECODE_SPLIT_MAX)))
 
 
@@ -183,9 +187,12 @@ def cascade_state_rows(config: KernelConfig, batch: int, num_qo_heads: int) -> i
     return batch * num_qo_heads * config.cart_splits if config.cart_rows else 0
 
 
-def cascade_by_default(batch: int) -> bool:
-    """Whether the default decode of ``batch`` requests is a cascade (when the shape is known)."""
-    return CASCADE_MIN_BATCH is not None and batch >= CASCADE_MIN_BATCH
+def cascade_by_default(batch: int, max_live: int) -> bool:
+    """Whether the default decode of ``batch`` requests, the longest with ``max_live`` live tokens, is a cascade
+    (when the shape is known)."""
+    if CASCADE_MIN_BATCH is None or batch < CASCADE_MIN_BATCH:
+        return False
+    return batch >= DECODE_PACK_MIN_BATCH or max_live <= CASCADE_UNPACKED_MAX_LIVE
 
 
 def decode_config(
@@ -223,7 +230,7 @@ def decode_config(
     """
     shape_known = num_kv_heads is not None and cartridge_len is not None
     if cart_rows is None:
-        cart_rows = CASCADE_DEFAULT_ROWS if shape_known and cascade_by_default(batch) else 0
+        cart_rows = CASCADE_DEFAULT_ROWS if shape_known and cascade_by_default(batch, max_live) else 0
     cascade = cart_rows
     if cascade:
         if cart_splits is None:
@@ -232,7 +239,7 @@ def decode_config(
         cartridge_len = 0 if cartridge_len is not None else None
     cfg = _decode_walk_config(
         group, batch, max_live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len, splits=splits, reqs=reqs,
-        block_n=block_n, num_warps=num_warps, num_stages=num_stages,
+        block_n=block_n, num_warps=num_warps, num_stages=num_stages, beside_cascade=bool(cascade),
     )  # fmt: skip
     return replace(cfg, cart_rows=cascade, cart_splits=cart_splits or 1, cart_pdl=cart_pdl) if cascade else cfg
 
@@ -249,9 +256,10 @@ def _decode_walk_config(
     block_n: int | None,
     num_warps: int | None,
     num_stages: int | None,
+    beside_cascade: bool = False,
 ) -> KernelConfig:
-    """The fused decode kernel's own walk: over the cartridge and the live pages, or (``cartridge_len`` 0, a
-    cascade) over the live pages alone."""
+    """The fused decode kernel's own walk: over the cartridge and the live pages, or (``cartridge_len`` 0,
+    ``beside_cascade``) over the live pages alone."""
     explicit_reqs = reqs is not None
     if reqs is None:
         reqs = 2 if batch >= DECODE_PACK_MIN_BATCH else 1
@@ -260,7 +268,10 @@ def _decode_walk_config(
     if splits is None:
         splits = 1
         if num_kv_heads is not None and cartridge_len is not None and reqs == 1:
-            splits = decode_splits(batch, num_kv_heads, cartridge_len + max_live)
+            # Beside a cascade, whose programs run at the same time, the walk splits only a grid that would leave
+            # half the SMs idle (H100 sweep: batch 16, 128 live, 128 programs: 12.7 us whole, 16.7 split in two).
+            sms = GPU_SMS // 2 if beside_cascade else GPU_SMS
+            splits = decode_splits(batch, num_kv_heads, cartridge_len + max_live, sms)
     if splits > 1 and not explicit_reqs:
         reqs = 1  # a split packs requests only when asked to
     block_m = max(16, _pow2_at_least(reqs * group))

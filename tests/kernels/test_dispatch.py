@@ -32,7 +32,7 @@ def test_every_decode_input_is_in_one_region_with_the_heuristics_config(
     # Around every length where a split count, a split's tile width or the wide tiles can change (from the
     # constants that set them, so that a changed threshold is probed where it now lies), and a coarse grid between.
     splits = [1 << k for k in range(1, K.DECODE_SPLIT_MAX.bit_length())]
-    cuts = {K.DECODE_WIDE_MIN_LIVE}
+    cuts = {K.DECODE_WIDE_MIN_LIVE, K.CASCADE_UNPACKED_MAX_LIVE + 1}
     cuts |= {K.DECODE_SPLIT_KEYS * k - t_c for k in splits} | {K.DECODE_SPLIT_NARROW_KEYS * k - t_c + 1 for k in splits}
     edges = {n + d for n in cuts for d in (-1, 0, 1)}
     lives = sorted({*range(1, ENVELOPE.max_live + 1, 37), *(n for n in edges if 1 <= n <= ENVELOPE.max_live)})
@@ -58,18 +58,23 @@ def test_every_prefill_input_is_in_one_region_with_the_heuristics_config(table, 
 
 def test_decode_regions_switch_where_the_heuristics_do(table) -> None:
     key = (4, 128, 8, 632)  # group, head_dim, KV heads, cartridge length
-    g4 = sorted((r.batch, r.max_live, r.config.reqs_per_program, r.config.splits, r.config.block_n) for r in table
+    g4 = sorted((r.batch, r.max_live, r.config.reqs_per_program, r.config.splits, r.config.block_n,
+                 r.config.cart_rows) for r in table
                 if r.mode == "decode" and (r.group, r.head_dim, r.num_kv_heads, r.cartridge_len) == key)  # fmt: skip
     # 8 KV heads and a 632-position cartridge: a grid of batch x 8 programs fills the 132 SMs from batch 17 on;
-    # below, each request splits into ranges of >= 32 keys, a power of two of them, enough to fill the SMs.
+    # below, each request splits into ranges of >= 32 keys, a power of two of them, enough to fill the SMs. From
+    # batch 16 on a cascade takes the cartridge (up to 512 live tokens while requests are not packed), and its live
+    # walk beside it does not split a grid that fills half the SMs.
     assert g4 == [
-        ((1, 1), (1, 392), 1, 16, 64),  # 633-1024 keys in 16 ranges fit one 64-key tile each
-        ((1, 1), (393, 1100), 1, 16, 128),  # 1025 keys and more: 128-key tiles
-        ((2, 2), (1, 1100), 1, 8, 128),  # 16 programs: 8 splits fill the SMs (9 would)
-        ((3, 5), (1, 1100), 1, 4, 128),  # 24-40 programs: 4 splits fill the SMs (3-5 times as many)
-        ((6, 16), (1, 1100), 1, 2, 128),
-        ((17, 31), (1, 1100), 1, 1, 128),
-        ((32, 80), (1, 1100), 2, 1, 128),  # packing two requests per program from batch 32 on
+        ((1, 1), (1, 392), 1, 16, 64, 0),  # 633-1024 keys in 16 ranges fit one 64-key tile each
+        ((1, 1), (393, 1100), 1, 16, 128, 0),  # 1025 keys and more: 128-key tiles
+        ((2, 2), (1, 1100), 1, 8, 128, 0),  # 16 programs: 8 splits fill the SMs (9 would)
+        ((3, 5), (1, 1100), 1, 4, 128, 0),  # 24-40 programs: 4 splits fill the SMs (3-5 times as many)
+        ((6, 15), (1, 1100), 1, 2, 128, 0),
+        ((16, 16), (513, 1100), 1, 2, 128, 0),
+        ((16, 31), (1, 512), 1, 1, 128, K.CASCADE_DEFAULT_ROWS),
+        ((17, 31), (513, 1100), 1, 1, 128, 0),
+        ((32, 80), (1, 1100), 2, 1, 128, K.CASCADE_DEFAULT_ROWS),  # packing two requests per program from 32 on
     ]
     # Without the shape (the API planned with no head count), nothing splits and tiny grids keep wide tiles.
     assert decode_config(4, 128, 2, 600).block_n == 256 and decode_config(4, 128, 2, 600).splits == 1
@@ -97,10 +102,11 @@ def test_a_plans_specialization_names_its_compiled_variant(kernel_device: torch.
     attn = CartridgeAttention()
     plan = attn.plan(*pr.page_table(), device=pr.q.device, **pr.plan_kwargs())
     spec = specialization_of(plan)
-    cfg = decode_config(4, 64, 33, 5)
+    cfg = decode_config(4, 64, 33, 5, num_kv_heads=2, cartridge_len=16)
     assert (spec.mode, spec.group, spec.head_dim, spec.reqs_per_program) == ("decode", 4, 64, 2)
     assert spec.key.startswith("decode/bfloat16/g4/d64/p")
-    assert spec.key.endswith(f"m{cfg.block_m}n{cfg.block_n}r2w{cfg.num_warps}s{cfg.num_stages}")
+    assert spec.key.endswith(f"m{cfg.block_m}n{cfg.block_n}r2w{cfg.num_warps}s{cfg.num_stages}c64x1p")
+    assert spec.config == cfg
 
 
 def test_warp_specialization_is_named_and_needs_what_triton_specializes() -> None:
@@ -136,6 +142,8 @@ def test_cascade_regions_hold_what_a_cascading_wrapper_plans(group: int, t_c: in
             want = decode_config(group, 128, batch, live, num_kv_heads=8, cartridge_len=t_c,
                                  cart_rows=K.cascade_rows(True))  # fmt: skip
             assert hits[0].config == want, (batch, live)
-    # Off by default until measured faster (heuristics.CASCADE_MIN_BATCH): the default table holds no cascade.
-    if K.CASCADE_MIN_BATCH is None:
-        assert not any(r.config.cart_rows for r in decode_regions(group, 128, 80, 1100, 8, t_c))
+    # The default table's cascades are exactly where `cascade_by_default` says, the live walk a dependent launch.
+    for r in decode_regions(group, 128, 80, 1100, 8, t_c):
+        corners = [(b, n) for b in r.batch for n in r.max_live]
+        assert {bool(r.config.cart_rows)} == {K.cascade_by_default(b, n) for b, n in corners}, r
+        assert r.config.cart_pdl == bool(r.config.cart_rows)

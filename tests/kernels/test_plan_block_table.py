@@ -24,6 +24,7 @@ from cartridge_attn import (
     random_problem,
     reference_attention,
 )
+from cartridge_attn.heuristics import cascade_by_default
 
 BF16, FP8 = torch.bfloat16, torch.float8_e4m3fn
 NUM_KV_HEADS, HEAD_DIM = 2, 64
@@ -159,7 +160,7 @@ def test_block_table_matches_reference_and_indptr_plan(
 # context, not the step's: with a bound of 600 the batch of 4 splits its keys 16 ways (states in the workspace),
 # and live lengths of at most 60 leave most of those ranges empty; the batch of 8 splits a short context 2-4 ways.
 # The packed batch does not split. The cascade's padding rows attend the cartridge in the cascade launch, and its
-# states live in the workspace.
+# states live in the workspace (the packed batch of 64 is a cascade by default).
 PADDED_CASES = {
     "b1-pad3-split-p8-g4": (1, 3, 8, 4, BF16, 600),
     "b5-pad3-split-p16-g2-lv8": (5, 3, 16, 2, FP8, 60),
@@ -210,7 +211,8 @@ def test_padded_decode_with_a_workspace_matches_reference(
         torch.testing.assert_close(out[:real].float(), ref, rtol=RTOL, atol=ATOL)
         assert int(ws.split_count.abs().sum()) == 0, "arrival counters not re-armed"
     assert (plan.config.splits > 1) == ("split" in case), plan.config
-    assert bool(plan.config.cart_rows) == bool(cascade), plan.config
+    # The packed batch of 64 is a cascade by default too (heuristics.cascade_by_default).
+    assert bool(plan.config.cart_rows) == bool(cascade or cascade_by_default(batch, bound)), plan.config
 
 
 def test_workspace_refuses_a_batch_beyond_its_size() -> None:

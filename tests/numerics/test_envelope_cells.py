@@ -113,7 +113,8 @@ def test_qualify_list_names_the_configuration_each_cell_dispatches(capsys: pytes
     assert main(["list", str(GATES)]) == 0
     lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines() if line.startswith("numerics-")}
     assert (
-        "decode m16n128r2w4s3 g4 d128 p8 (batch 32, max live 1)" in lines["numerics-envelope-decode[bf16-edge-b32-l1]"]
+        "decode m16n128r2w4s3c64x4p g4 d128 p8 (batch 32, max live 1)"
+        in lines["numerics-envelope-decode[bf16-edge-b32-l1]"]
     )
     assert "decode m16n128r1w4s3" in lines["numerics-envelope-decode[bf16-edge-b31-l1]"]
     assert "decode m16n128r1w4s2k16" in lines["numerics-envelope-decode[bf16-edge-b1-l4096]"]  # split 16 ways
