@@ -20,6 +20,8 @@
 #        once, 8 by default, signed) side by side, with GLUON=1 gates/gpu/numerics_gluon.yaml beside them:
 #        correctness items only, so sharing the GPU changes no verdict; MUTANTS=0 leaves out the mutation run,
 #        MUTANTS=only runs it alone (the gate grew past what fits beside it in one call's 600 s)
+#   K="numerics-envelope-decode or ..." bash scripts/gpu_speed.sh numerics-part   (carry .gpu) the numerics gate's
+#        items that K selects, in one signed run (INCOMPLETE by design: the rest is deselected)
 #   bash scripts/gpu_speed.sh targets            (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
 #        .vllm/setup.sh) stages vLLM part 3; gates/gpu/perf_targets.yaml with the numerics envelope cells in one
 #        signed run, so its coverage table pairs what the timed items dispatched with what numerics qualified
@@ -46,7 +48,7 @@
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-step=${1:?usage: gpu_speed.sh sweep|shapes|gluon-bench|cascade COMMIT, or qualify|targets|prefill|counters|gluon|gluon-perf|cascade-qualify|cascade-perf}
+step=${1:?usage: gpu_speed.sh sweep|shapes|gluon-bench|cascade COMMIT, or qualify|numerics-part|targets|prefill|counters|gluon|gluon-perf|cascade-qualify|cascade-perf}
 commit=${2:-unknown}
 WORK=/tmp/speed-work
 mkdir -p "$WORK"
@@ -193,6 +195,10 @@ qualify)
   } 2>&1 | tee "$OUT/step.log"
   tar -C "$WORK" -czf "$OUT/qualify.tar.gz" numerics numerics.log gluon-numerics gluon-numerics.log mutation \
     mutation.log keys/signing-key.pub.pem 2>/dev/null
+  ;;
+numerics-part)
+  signed_gate_run numerics-part "${NAME:-numerics-part-h200}" "${PART_TIMEOUT:-400}" "numerics gate items: -k ${K:?}" \
+    "$K" gates/kernel_numerics.yaml
   ;;
 targets)
   signed_gate_run targets targets-h200 "${TARGETS_TIMEOUT:-540}" "decode targets + numerics envelope cells in one run" \
