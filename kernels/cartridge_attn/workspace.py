@@ -60,20 +60,24 @@ class DecodeWorkspace:
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
-        # The largest state any default decode configuration inside the bounds asks for; fewer live keys never
-        # split into more ranges, so the bound's configurations are the largest ones.
+        # The largest state any default decode configuration inside the bounds asks for. Fewer live keys never
+        # split into more ranges, but below the packing batch the default takes a cascade only up to
+        # CASCADE_UNPACKED_MAX_LIVE: a step planned for fewer live keys than the bound may need cascade states that
+        # the bound's configuration does not.
         rows = ml = cart = 1
         cart_rows = K.cascade_rows(decode_cascade)
+        lives = {max_live, min(max_live, K.CASCADE_UNPACKED_MAX_LIVE)}
         for batch in range(1, max_batch + 1):
-            cfg = K.decode_config(
-                group, head_dim, batch, max_live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len,
-                cart_rows=cart_rows,
-            )  # fmt: skip
-            if cfg.splits > 1:
-                states = batch * num_kv_heads * cfg.splits
-                rows = max(rows, states * cfg.block_m * head_dim)
-                ml = max(ml, states * 2 * cfg.block_m)
-            cart = max(cart, K.cascade_state_rows(cfg, batch, num_qo_heads))
+            for live in lives:
+                cfg = K.decode_config(
+                    group, head_dim, batch, live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len,
+                    cart_rows=cart_rows,
+                )  # fmt: skip
+                if cfg.splits > 1:
+                    states = batch * num_kv_heads * cfg.splits
+                    rows = max(rows, states * cfg.block_m * head_dim)
+                    ml = max(ml, states * 2 * cfg.block_m)
+                cart = max(cart, K.cascade_state_rows(cfg, batch, num_qo_heads))
         f32 = {"dtype": torch.float32, "device": self.device}
         self.num_qo_heads = num_qo_heads
         self.decode_cascade = decode_cascade  # its states fit only a wrapper with the same setting
