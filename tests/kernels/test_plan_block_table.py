@@ -239,18 +239,18 @@ def test_workspace_and_wrapper_must_agree_on_the_cascade() -> None:
         CartridgeAttention(decode_cascade=1)  # type: ignore[arg-type]
 
 
-def test_a_workspace_for_a_long_bound_holds_the_cascade_a_short_step_plans() -> None:
+def test_a_workspace_for_a_long_bound_holds_the_cascade_a_short_step_plans(kernel_device: torch.device) -> None:
     # Below the packing batch the default cascade stops at CASCADE_UNPACKED_MAX_LIVE live tokens: a workspace sized
     # for a longer bound (no cascade there) must still hold the states of a step planned for fewer live keys.
     batch, bound, short = 20, 4096, 300
     assert cascade_by_default(batch, short) and not cascade_by_default(batch, bound)
     ws = DecodeWorkspace(max_batch=batch, num_qo_heads=32, num_kv_heads=8, head_dim=128, cartridge_len=632,
-                         max_live=bound, device="cpu")  # fmt: skip
-    table = torch.arange(batch * 38, dtype=torch.int32).reshape(batch, 38)
+                         max_live=bound, device=kernel_device)  # fmt: skip
+    i32 = {"dtype": torch.int32, "device": kernel_device}
     plan = CartridgeAttention().plan_block_table(
-        _i32(*range(batch + 1)), [1] * batch, torch.full((batch,), short, dtype=torch.int32), table,
-        max_seq_len=short, num_qo_heads=32, num_kv_heads=8, head_dim=128, page_size=8, cartridge_len=632,
-        workspace=ws,
+        torch.arange(batch + 1, **i32), [1] * batch, torch.full((batch,), short, **i32),
+        torch.arange(batch * 38, **i32).reshape(batch, 38), max_seq_len=short, num_qo_heads=32, num_kv_heads=8,
+        head_dim=128, page_size=8, cartridge_len=632, workspace=ws,
     )  # fmt: skip
     assert plan.config.cart_rows and plan.tensors["cart_o"].untyped_storage().data_ptr() == ws.cart_o.data_ptr()
 
