@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Any, Literal
 
 import torch
@@ -29,6 +29,13 @@ from .workspace import DecodeWorkspace
 __all__ = ["CartridgeAttention", "LayerOperands", "Plan"]
 
 _LOG2E = 1.4426950408889634
+
+
+@cache
+def _has_grid_dependency_control(device: torch.device) -> bool:
+    """Whether ``device`` runs programmatic dependent launches (griddepcontrol: SM90 and newer). An unqualified
+    architecture (``allow_unqualified_arch``) then runs a cascade's two launches one after the other."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
 
 
 def _dtype_name(dt: torch.dtype) -> str:
@@ -941,9 +948,9 @@ class CartridgeAttention:
             t["qo_indptr"], t["kv_indptr"], t["kv_indices"], t["kv_len"], t["tile_req"], t["tile_row"],
             t["split_o"], t["split_ml"], t["split_count"], t["cart_o"], t["cart_ml"],
         )  # fmt: skip
-        # The interpreter has no grid dependency control: there the live walk follows the cascade, as it does
-        # without cart_pdl, with the same sums.
-        pdl = cfg.cart_pdl and not K.INTERPRETED
+        # The interpreter (and a GPU before SM90) has no grid dependency control: there the live walk follows the
+        # cascade, as it does without cart_pdl, with the same sums.
+        pdl = cfg.cart_pdl and not K.INTERPRETED and _has_grid_dependency_control(q.device)
         self.last_cascade_compiled = self._launch_cascade(q, layer, cfg, qk_scale, pdl) if cfg.cart_rows else None
         args = (
             q, out, ck, cv, ck_desc, cv_desc, layer.cartridge_v_scale, live_k, live_v, layer.live_v_scale,

@@ -155,6 +155,9 @@ def test_a_cascade_launches_both_kernels_directly_with_the_jit_s_results(kernel_
     assert layer.launches is not None and layer.cascade_launches is not None
     if kernel_device.type == "cuda":  # the interpreter returns no compiled kernel to launch directly
         assert layer.launches.direct_launches == 1 and layer.cascade_launches.direct_launches == 1
+        # The direct launch keeps the live walk a programmatic dependent of the cascade, waiting in the kernel.
+        assert attn.plan_info.config.cart_pdl and attn.last_compiled.metadata.launch_pdl
+        assert "griddepcontrol.wait" in attn.last_compiled.asm["ptx"]
 
 
 def _two_direct_launches_match_the_jit(attn: CartridgeAttention, pr) -> LayerOperands:
@@ -164,6 +167,9 @@ def _two_direct_launches_match_the_jit(attn: CartridgeAttention, pr) -> LayerOpe
     want = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, **pr.run_kwargs())
     for _ in range(2):
         got = torch.full_like(want, float("nan"))
+        if attn.plan_info.config.cart_rows:  # a cascade's states: read by the live walk only once written
+            for name in ("cart_o", "cart_ml"):
+                attn.plan_info.tensors[name].fill_(float("nan"))
         attn.run_layer(pr.q, layer, got)
         assert torch.equal(got.view(torch.int16), want.view(torch.int16))
     return layer

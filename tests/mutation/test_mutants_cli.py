@@ -47,7 +47,7 @@ gates:
     phase: decode
     batch: {id: b3, live_lens: [600, 1, 41]}
   # The decode cascade side by side: 18 requests take two 64-row tiles of the cascade, a 200-position cartridge two
-  # ranges, and the 600-token request splits the live walk 4 ways.
+  # ranges, and 36 programs (under half the SMs) split the live walk 2 ways.
   - id: small-cascade
     kind: kernel_numerics
     phase: decode
