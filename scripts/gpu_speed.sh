@@ -19,7 +19,9 @@
 #        .gpu) stages vLLM part 2 when carried; gates/kernel_numerics.yaml (signed) and `qualify mutants` (JOBS at
 #        once, 8 by default, signed) side by side, with GLUON=1 gates/gpu/numerics_gluon.yaml beside them:
 #        correctness items only, so sharing the GPU changes no verdict; MUTANTS=0 leaves out the mutation run,
-#        MUTANTS=only runs it alone (the gate grew past what fits beside it in one call's 600 s)
+#        MUTANTS=only runs it alone (the gate grew past what fits beside it in one call's 600 s); GPUS=auto spreads
+#        the numerics items over every GPU of a multi-GPU kind (596 items took 530 s on one H200: 694 will not fit
+#        one call on one GPU)
 #   K="numerics-envelope-decode or ..." bash scripts/gpu_speed.sh numerics-part   (carry .gpu) the numerics gate's
 #        items that K selects, in one signed run (INCOMPLETE by design: the rest is deselected)
 #   bash scripts/gpu_speed.sh targets            (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
@@ -175,7 +177,8 @@ qualify)
     log "numerics gate and mutants, side by side"
     numerics=""
     if [ "${MUTANTS:-1}" != only ]; then
-      signed_run numerics numerics-h200 560 gates/kernel_numerics.yaml &
+      # shellcheck disable=SC2086
+      signed_run numerics numerics-h200 "${NUMERICS_LIMIT:-560}" gates/kernel_numerics.yaml ${GPUS:+--gpus "$GPUS"} &
       numerics=$!
     fi
     gluon=""
