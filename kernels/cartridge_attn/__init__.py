@@ -65,6 +65,7 @@ _EXPORTS = {
     "shared_page_table": "paging",
     "split_combined_kv": "paging",
     "AttentionProblem": "problems",
+    "poison_cascade_states": "problems",
     "random_problem": "problems",
     "reference_attention": "reference",
 }
@@ -93,6 +94,7 @@ __all__ = [
     "decode_config",
     "kernel_identity",
     "live_lengths",
+    "poison_cascade_states",
     "prefill_config",
     "random_problem",
     "reference_attention",

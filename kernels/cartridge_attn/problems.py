@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["AttentionProblem", "random_problem"]
+__all__ = ["AttentionProblem", "poison_cascade_states", "random_problem"]
 
 
 @dataclass
@@ -97,6 +97,20 @@ class AttentionProblem:
 
 
 _FP8_NAN_BYTE = 0x7F  # E4M3FN: S.1111.111 is NaN
+
+
+def poison_cascade_states(attn: object) -> None:
+    """NaN in the states a planned decode cascade hands from its first launch to its second (nothing without a
+    cascade, or before a plan): a live walk that merges them before the cascade has written them gives NaN."""
+    from .errors import NotPlannedError
+
+    try:
+        plan = attn.plan_info  # type: ignore[attr-defined]
+    except NotPlannedError:
+        return  # nothing planned, nothing to poison: the run says what is wrong
+    if plan.config.cart_rows:
+        for name in ("cart_o", "cart_ml"):
+            plan.tensors[name].fill_(float("nan"))
 
 
 def _fp8_values(x: torch.Tensor, scale: torch.Tensor | None) -> torch.Tensor:

@@ -40,24 +40,14 @@ def launch(attn: Any, pr: Any) -> torch.Tensor:
     """One launch of a planned wrapper into a NaN-poisoned output: an element the kernel fails to write stays
     NaN and fails the cell. A decode cascade's states are poisoned too: a live walk that reads them before the
     cascade has written them merges NaN."""
+    from cartridge_attn import poison_cascade_states
+
     out = torch.full_like(pr.q, float("nan"))
-    _poison_cascade_states(attn)
+    poison_cascade_states(attn)
     attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, out=out, **pr.run_kwargs())
     if pr.q.is_cuda:
         torch.cuda.synchronize()
     return out
-
-
-def _poison_cascade_states(attn: Any) -> None:
-    from cartridge_attn.errors import NotPlannedError
-
-    try:
-        plan = attn.plan_info
-    except NotPlannedError:
-        return  # nothing planned, nothing to poison: the run says what is wrong
-    if plan.config.cart_rows:
-        for name in ("cart_o", "cart_ml"):
-            plan.tensors[name].fill_(float("nan"))
 
 
 def kernel_inputs(impl: str = "triton") -> list[InputRef]:

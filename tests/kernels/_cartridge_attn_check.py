@@ -5,7 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-from cartridge_attn import AttentionProblem, CartridgeAttention, KernelConfig, reference_attention
+from cartridge_attn import (
+    AttentionProblem,
+    CartridgeAttention,
+    KernelConfig,
+    poison_cascade_states,
+    reference_attention,
+)
 
 RTOL = ATOL = 3e-2
 REL_L2_MAX = 1.5e-2
@@ -31,9 +37,7 @@ def run_fused(
     attn = CartridgeAttention()
     attn.plan(*pr.page_table(), mode=mode, config=config, causal=causal, device=pr.q.device, **pr.plan_kwargs())
     out = torch.full_like(pr.q, float("nan"))
-    if attn.plan_info.config.cart_rows:  # a decode cascade's states, read by the live walk only once written
-        for name in ("cart_o", "cart_ml"):
-            attn.plan_info.tensors[name].fill_(float("nan"))
+    poison_cascade_states(attn)
     got = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, out=out, **pr.run_kwargs())
     assert got is out, "run must write into the caller's buffer"
     if pr.q.is_cuda:

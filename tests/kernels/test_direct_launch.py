@@ -10,7 +10,7 @@ import random
 import pytest
 import torch
 from _serving_kernels import randint, seeded_generator
-from cartridge_attn import CartridgeAttention, LayerOperands, check_live_pages, random_problem
+from cartridge_attn import CartridgeAttention, LayerOperands, check_live_pages, poison_cascade_states, random_problem
 from cartridge_attn import _kernel as K
 from cartridge_attn.launch import DirectLaunches, int_specialization, pointer_specialization
 
@@ -167,9 +167,7 @@ def _two_direct_launches_match_the_jit(attn: CartridgeAttention, pr) -> LayerOpe
     want = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, **pr.run_kwargs())
     for _ in range(2):
         got = torch.full_like(want, float("nan"))
-        if attn.plan_info.config.cart_rows:  # a cascade's states: read by the live walk only once written
-            for name in ("cart_o", "cart_ml"):
-                attn.plan_info.tensors[name].fill_(float("nan"))
+        poison_cascade_states(attn)
         attn.run_layer(pr.q, layer, got)
         assert torch.equal(got.view(torch.int16), want.view(torch.int16))
     return layer

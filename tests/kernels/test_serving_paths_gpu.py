@@ -10,7 +10,7 @@ import itertools
 import pytest
 import torch
 from _cartridge_attn_check import REL_L2_MAX, RTOL
-from cartridge_attn import CartridgeAttention, random_problem, reference_attention
+from cartridge_attn import CartridgeAttention, poison_cascade_states, random_problem, reference_attention
 from cartridge_attn.cache_write import write_live_kv
 
 pytestmark = pytest.mark.gpu
@@ -183,6 +183,7 @@ def test_cuda_graph_of_a_plan_replays_later_batches(real: int, pad: int, cascade
             "a step's plan differs from the captured launch: the graph would replay another variant than planned"
         )
         out.fill_(float("nan"))
+        poison_cascade_states(captured)  # the workspace's cascade states: the replayed walk must wait for them
         graph.replay()
         torch.cuda.synchronize()
         kv_indptr, kv_indices, last = block_table_to_indptr(table[:real], seq_lens[:real], ps)
