@@ -68,12 +68,12 @@ signed_run() {
   echo "$name: exit $? after ${SECONDS} s"
 }
 # signed_mutants DIR NAME LIMIT JOBS PER_MUTANT_S CATALOG: one signed `qualify mutants` run of CATALOG under $WORK/DIR,
-# its log in $WORK/DIR.log.
+# its log in $WORK/DIR.log; UNMUTATED=killing-items runs the unmutated copy after the mutants, on their killing items.
 signed_mutants() {
   local dir=$1 name=$2 limit=$3 jobs=$4 each=$5 catalog=$6
   SECONDS=0
   timeout "$limit" python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants "$catalog" \
     --jobs "$jobs" --timeout-s "$each" --out "$WORK/$dir" --name "$name" --sign-key "$WORK/keys/signing-key.pem" \
-    >"$WORK/$dir.log" 2>&1
+    ${UNMUTATED:+--unmutated "$UNMUTATED"} >"$WORK/$dir.log" 2>&1
   echo "$name: exit $? after ${SECONDS} s"
 }

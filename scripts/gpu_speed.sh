@@ -20,8 +20,8 @@
 #        once, 8 by default, signed) side by side, with GLUON=1 gates/gpu/numerics_gluon.yaml beside them:
 #        correctness items only, so sharing the GPU changes no verdict; MUTANTS=0 leaves out the mutation run,
 #        MUTANTS=only runs it alone (the gate grew past what fits beside it in one call's 600 s); GPUS=auto spreads
-#        the numerics items over every GPU of a multi-GPU kind (596 items took 530 s on one H200: 694 will not fit
-#        one call on one GPU)
+#        the numerics items over every GPU of a multi-GPU kind (596 items took 530 s on one H200); UNMUTATED=killing-items
+#        runs the mutants' unmutated copy after them on their killing items only (694 items took 405 s alone on an H100)
 #   K="numerics-envelope-decode or ..." bash scripts/gpu_speed.sh numerics-part   (carry .gpu) the numerics gate's
 #        items that K selects, in one signed run (INCOMPLETE by design: the rest is deselected)
 #   bash scripts/gpu_speed.sh targets            (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,

@@ -20,7 +20,7 @@ from typing import Any
 from qualify.errors import QualifyError
 from qualify.hashing import sha256_file
 from qualify.mutation.catalog import LoadedCatalog, Mutant, load_catalog
-from qualify.mutation.execute import ChildRun, run_child
+from qualify.mutation.execute import ChildRun, items_expression, run_child
 from qualify.mutation.materialize import materialize, tree_sha256
 from qualify.mutation.report import build_mutation_report, markdown_table, mutant_row
 from qualify.report.paths import as_reported
@@ -43,6 +43,12 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--jobs", type=int, default=1, help="mutants run at once (default 1)")
     p.add_argument("--timeout-s", type=float, default=1200.0, help="per child run (default 1200)")
     p.add_argument("--all-items", action="store_true", help="run every item per mutant instead of stopping at a kill")
+    p.add_argument(
+        "--unmutated", choices=("whole-gate", "killing-items"), default="whole-gate",
+        help="what the unmutated copy runs: the whole gate beside the mutants (default), or after them only the "
+        "items that killed one (each kill stands only if that item passes the unmutated kernel: the same score "
+        "from a fraction of the gate)",
+    )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="reports", help="output folder (default: reports)")
     p.add_argument("--name", help="report name stem (default: mutation-<UTC time>)")
@@ -61,15 +67,28 @@ def _select(loaded: LoadedCatalog, args: argparse.Namespace) -> list[Mutant]:
 
 
 def _one(
-    target: Path, mutant: Mutant | None, gates: list[Path], children: Path, args: argparse.Namespace, cwd: Path
+    target: Path,
+    mutant: Mutant | None,
+    gates: list[Path],
+    children: Path,
+    args: argparse.Namespace,
+    cwd: Path,
+    only_items: list[str] | None = None,
 ) -> tuple[ChildRun, str | None]:
     with tempfile.TemporaryDirectory(prefix="qualify-mutant-") as tmp:
         copy = materialize(target, Path(tmp), mutant)
         run = run_child(
             copy, gates, children, mutant.id if mutant else BASELINE_NAME, cwd=cwd, seed=args.seed,
-            timeout_s=args.timeout_s, stop_at_first_failure=not args.all_items,
+            timeout_s=args.timeout_s, stop_at_first_failure=not args.all_items, only_items=only_items,
         )  # fmt: skip
     return run, copy.edited_sha256
+
+
+def _killing_items(runs: dict[str, tuple[ChildRun, str | None]]) -> list[str] | None:
+    """Every item that killed a mutant, when one -k expression can select them all; None otherwise (no kill, or a
+    name no expression can hold), when the unmutated copy must run the whole gate."""
+    names = sorted({k["item"] for run, _ in runs.values() for k in run.killed_by})
+    return names if items_expression(names) is not None else None
 
 
 def _line(done: int, total: int, ident: str, run: ChildRun) -> str:
@@ -116,10 +135,12 @@ def cmd_mutants(args: argparse.Namespace) -> int:
     against = ", ".join(as_reported(str(g), cwd) for g in gates)
     print(f"{len(mutants)} mutants of {loaded.catalog.target} against {against}")
     # The unmutated copy runs beside the mutants rather than first: its verdict decides the report's, and a
-    # release host's time is better spent running all of them at once.
+    # release host's time is better spent running all of them at once. With --unmutated killing-items it runs
+    # after them, only what killed one: a kill counts only if the killing item passes the unmutated kernel.
+    after = args.unmutated == "killing-items"
     runs: dict[str, tuple[ChildRun, str | None]] = {}
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = {pool.submit(_one, target, None, gates, children, args, cwd): None}
+        futures = {} if after else {pool.submit(_one, target, None, gates, children, args, cwd): None}
         futures.update({pool.submit(_one, target, m, gates, children, args, cwd): m for m in mutants})
         for done, fut in enumerate(as_completed(futures)):
             m = futures[fut]
@@ -127,6 +148,14 @@ def cmd_mutants(args: argparse.Namespace) -> int:
             runs[ident] = fut.result()
             line = _line(done, len(mutants), ident, runs[ident][0])
             print(line.replace("] survived", "] passed  ", 1) if m is None else line, flush=True)
+    baseline_items = None
+    if after:
+        baseline_items = _killing_items(runs)
+        scope = f"the {len(baseline_items)} items that killed a mutant" if baseline_items else "the whole gate"
+        print(f"unmutated copy: {scope}", flush=True)
+        runs[BASELINE_NAME] = _one(target, None, gates, children, args, cwd, baseline_items)
+        line = _line(len(mutants), len(mutants), BASELINE_NAME, runs[BASELINE_NAME][0])
+        print(line.replace("] survived", "] passed  ", 1), flush=True)
     baseline = runs.pop(BASELINE_NAME)[0]
     if baseline.status.value != "survived":
         print("the gate does not pass the unmutated kernel: the mutation score means nothing", file=sys.stderr)
@@ -138,6 +167,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         target_tree_sha256=tree_sha256(target),
         gate_files=[(as_reported(str(g), cwd), sha256_file(g)) for g in gates],
         baseline=baseline,
+        baseline_items=baseline_items,
         rows=rows,
         seed=args.seed,
         stop_at_first_failure=not args.all_items,

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -23,6 +25,9 @@ from qualify.mutation.materialize import Copy
 
 _PROBE = "import cartridge_attn, pathlib; print(pathlib.Path(cartridge_attn.__file__).resolve().parent)"
 _TAIL_CHARS = 2000
+# What one name of a pytest -k expression may hold (pytest's own identifier grammar); -k matches substrings, so an
+# expression of names selects every item so named and perhaps more, never fewer.
+_K_NAME = re.compile(r"(?:\w|:|\+|-|\.|\[|\]|\\|/)+")
 
 
 class MutantStatus(StrEnum):
@@ -96,8 +101,17 @@ def _kernel_sources(report: dict[str, Any]) -> set[str]:
     return found
 
 
-def classify(report: dict[str, Any], copy: Copy) -> ChildRun:
-    """The mutant's status from the child's plain report (before timing and exit code are filled in)."""
+def items_expression(names: Sequence[str]) -> str | None:
+    """A pytest -k expression selecting (at least) the items of these names; None when a name cannot be written in
+    one (then the whole gate has to run)."""
+    if not names or any(not _K_NAME.fullmatch(n) or n in ("and", "or", "not") for n in names):
+        return None
+    return " or ".join(sorted(set(names)))
+
+
+def classify(report: dict[str, Any], copy: Copy, required: Collection[str] | None = None) -> ChildRun:
+    """The mutant's status from the child's plain report (before timing and exit code are filled in). With
+    `required` (a run of selected items): SURVIVED means every required item ran and passed, whatever the rest."""
     items = report.get("items") or []
     counts: dict[str, int] = {}
     for it in items:
@@ -118,6 +132,13 @@ def classify(report: dict[str, Any], copy: Copy) -> ChildRun:
     ]  # fmt: skip
     if killers:
         return ChildRun(MutantStatus.KILLED, verdict, None, 0.0, killed_by=killers, counts=counts)
+    if required is not None:
+        passed = {str(it.get("name")) for it in items if it.get("status") == "passed"}
+        missing = sorted(set(required) - passed)
+        if missing:
+            reason = f"{len(missing)} required items did not run and pass: {', '.join(missing)[:300]}"
+            return ChildRun(MutantStatus.INCONCLUSIVE, verdict, None, 0.0, counts=counts, reason=reason)
+        return ChildRun(MutantStatus.SURVIVED, verdict, None, 0.0, counts=counts)
     if verdict == "PASS" and counts.get("passed", 0) > 0:
         return ChildRun(MutantStatus.SURVIVED, verdict, None, 0.0, counts=counts)
     return ChildRun(MutantStatus.INCONCLUSIVE, verdict, None, 0.0, counts=counts,
@@ -134,8 +155,16 @@ def run_child(
     seed: int,
     timeout_s: float,
     stop_at_first_failure: bool = True,
+    only_items: Sequence[str] | None = None,
 ) -> ChildRun:
-    """Run the gate files against `copy` in a fresh process; the child's plain report goes to `out_dir/name.json`."""
+    """Run the gate files against `copy` in a fresh process; the child's plain report goes to `out_dir/name.json`.
+    `only_items`: run just the items of these names (an expression of them must exist: `items_expression`), and
+    classify by them alone."""
+    select = None
+    if only_items is not None:
+        select = items_expression(only_items)
+        if select is None:
+            raise ValueError(f"no -k expression selects the items {list(only_items)}")
     env = child_env(copy)
     started = time.perf_counter()
     problem = probe_import(copy, env, cwd)
@@ -143,6 +172,8 @@ def run_child(
         return ChildRun(MutantStatus.BROKEN, None, None, time.perf_counter() - started, reason=problem)
     argv = [sys.executable, "-m", "qualify.cli", "run", *map(str, gate_files), "--out", str(out_dir),
             "--name", name, "--seed", str(seed), "--non-release"]  # fmt: skip
+    if select is not None:
+        argv += ["-k", select]
     if stop_at_first_failure:
         argv += ["--", "-x"]
     try:
@@ -156,7 +187,7 @@ def run_child(
         return ChildRun(MutantStatus.BROKEN, None, proc.returncode, wall,
                         reason=f"no report written (exit {proc.returncode}): {_tail(proc.stderr)}")  # fmt: skip
     report = json.loads(report_path.read_text(encoding="utf-8"))
-    got = classify(report, copy)
+    got = classify(report, copy, only_items)
     return ChildRun(
         got.status, got.verdict, proc.returncode, wall, got.killed_by, got.counts, sha256_file(report_path),
         got.reason,

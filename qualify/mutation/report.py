@@ -83,6 +83,7 @@ def build_mutation_report(
     baseline: ChildRun,
     rows: Sequence[dict[str, Any]],
     seed: int,
+    baseline_items: Sequence[str] | None = None,
     stop_at_first_failure: bool,
     provenance: dict[str, Any],
     catalog_path: str,
@@ -98,7 +99,14 @@ def build_mutation_report(
         "gate_files": [{"path": p, "sha256": h} for p, h in gate_files],
         "seed": seed,
         "stop_at_first_failure": stop_at_first_failure,
-        "baseline": {"description": "the unmutated copy of the target", **_as_baseline(baseline.to_dict())},
+        "baseline": {
+            "description": "the unmutated copy of the target",
+            # Which items the unmutated copy ran: every one, or (`qualify mutants --unmutated killing-items`) those
+            # that killed a mutant, each of which it must pass for the kill to count.
+            "scope": "whole-gate" if baseline_items is None else "killing-items",
+            "items": list(baseline_items) if baseline_items is not None else None,
+            **_as_baseline(baseline.to_dict()),
+        },
         "mutants": list(rows),
         "provenance": provenance,
     }
@@ -109,6 +117,11 @@ def _by_errors(report: dict[str, Any]) -> str:
     return f" ({len(only)} only by items that errored: {', '.join(only)})" if only else ""
 
 
+def _baseline_scope(baseline: dict[str, Any]) -> str:
+    items = baseline.get("items")
+    return f" on the {len(items)} items that killed a mutant" if baseline.get("scope") == "killing-items" else ""
+
+
 def markdown_table(report: dict[str, Any]) -> str:
     """The report as a short Markdown table (for results READMEs and the console)."""
     lines = [
@@ -117,7 +130,7 @@ def markdown_table(report: dict[str, Any]) -> str:
         + f" ({report['counts']['killed']} killed{_by_errors(report)}, {report['counts']['survived']} survived, "
         f"{report['counts']['equivalent']} equivalent, {report['counts']['inconclusive']} inconclusive, "
         f"{report['counts']['broken']} broken of {report['counts']['total']}); unmutated copy: "
-        f"{report['baseline']['status']} ({report['baseline']['wall_s']} s)",
+        f"{report['baseline']['status']}{_baseline_scope(report['baseline'])} ({report['baseline']['wall_s']} s)",
         "",
         "| mutant | category | status | first killing item | s |",
         "| --- | --- | --- | --- | --- |",

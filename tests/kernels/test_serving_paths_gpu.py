@@ -12,6 +12,7 @@ import torch
 from _cartridge_attn_check import REL_L2_MAX, RTOL
 from cartridge_attn import CartridgeAttention, poison_cascade_states, random_problem, reference_attention
 from cartridge_attn.cache_write import write_live_kv
+from cartridge_attn.heuristics import cascade_by_default
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -101,13 +102,14 @@ def test_write_live_kv_into_vllm_layout(v_dtype: torch.dtype) -> None:
 GRAPH_BATCHES = [(1, 0), (3, 1), (13, 3), (40, 24)]
 
 
-# The decode cascade's two launches, the live walk a programmatic dependent of the first, captured as one graph.
-GRAPH_CASES = [(*b, None) for b in GRAPH_BATCHES] + [(13, 3, True), (40, 24, True)]
+# None takes the dispatch's choice (batch 64 at this bound is a cascade: its two launches, the live walk a
+# programmatic dependent of the first, captured as one graph); True and False force the other walk.
+GRAPH_CASES = [(*b, None) for b in GRAPH_BATCHES] + [(13, 3, True), (40, 24, False)]
 
 
 @pytest.mark.parametrize(
     ("real", "pad", "cascade"), GRAPH_CASES,
-    ids=[f"b{r}-pad{p}{'-cascade' if c else ''}" for r, p, c in GRAPH_CASES],
+    ids=[f"b{r}-pad{p}{'' if c is None else '-cascade' if c else '-no-cascade'}" for r, p, c in GRAPH_CASES],
 )  # fmt: skip
 def test_cuda_graph_of_a_plan_replays_later_batches(real: int, pad: int, cascade: bool | None) -> None:
     """What vLLM's full CUDA graphs do: capture one decode launch over persistent engine buffers (planned, like
@@ -155,7 +157,8 @@ def test_cuda_graph_of_a_plan_replays_later_batches(real: int, pad: int, cascade
     live_v.copy_(torch.randn(live_v.shape, device=CUDA).to(V8))
     q.normal_()
     captured = plan([1] * batch)
-    assert bool(captured.plan_info.config.cart_pdl) == bool(cascade)
+    want_cascade = cascade_by_default(batch, bound) if cascade is None else cascade
+    assert bool(captured.plan_info.config.cart_pdl) == want_cascade
     run(captured)  # compiles outside the capture
     torch.cuda.synchronize()
     graph = torch.cuda.CUDAGraph()

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from qualify.mutation.catalog import Mutant
-from qualify.mutation.execute import ChildRun, MutantStatus, classify
+from qualify.mutation.execute import ChildRun, MutantStatus, classify, items_expression
 from qualify.mutation.materialize import Copy
 from qualify.mutation.report import mutant_row, summarize
 
@@ -51,6 +51,36 @@ def test_a_report_from_another_kernel_source_is_broken_not_a_kill(tmp_path: Path
     copy, _ = _copy(tmp_path)
     run = classify({"verdict": "FAIL", "items": [_item("a", "failed", "f" * 64)]}, copy)
     assert run.status is MutantStatus.BROKEN and "other than the copy's" in run.reason
+
+
+def test_a_baseline_of_the_killing_items_passes_only_if_each_of_them_ran_and_passed(tmp_path: Path) -> None:
+    copy, sha = _copy(tmp_path)
+    needed = ["numerics-original[prefill-bf16-q17-9_l33-25]", "small"]
+    ran = [_item(needed[0], "passed", sha), _item("small", "passed", sha), _item("other", "deselected")]
+    passed = classify({"verdict": "INCOMPLETE", "items": ran}, copy, needed)
+    assert passed.status is MutantStatus.SURVIVED  # INCOMPLETE by design: the rest was deselected
+    missing = classify({"verdict": "INCOMPLETE", "items": ran[:1] + ran[2:]}, copy, needed)
+    assert missing.status is MutantStatus.INCONCLUSIVE and "small" in missing.reason
+    failed = classify({"verdict": "FAIL", "items": [_item(needed[0], "failed", sha), ran[1]]}, copy, needed)
+    assert failed.status is MutantStatus.KILLED and failed.killed_by[0]["item"] == needed[0]
+
+
+def test_an_expression_of_item_names_selects_each_of_them_by_pytest_s_own_matcher() -> None:
+    from _pytest.mark.expression import Expression
+
+    names = ["numerics-extended[decode-bf16-8-sink1+15-ragged]", "numerics-envelope-decode[bf16-edge-b16-l1]",
+             "small"]  # fmt: skip
+    others = ["numerics-envelope-decode[bf16-edge-b16-l128]", "numerics-envelope-p16-decode[bf16-edge-b16-l1]"]
+    expr = items_expression(names)
+    assert expr is not None
+    compiled = Expression.compile(expr)
+
+    def selects(item: str) -> bool:  # -k matches a substring of the item's name, case-insensitively
+        return compiled.evaluate(lambda sub, **_: sub.lower() in item.lower())
+
+    assert all(selects(n) for n in names) and not any(selects(o) for o in others)
+    for bad in ([], ["a b"], ["x=1"], ["or"], ["ok", "(paren)"]):
+        assert items_expression(bad) is None, bad
 
 
 def _m(ident: str, equivalent: str | None = None) -> Mutant:

@@ -71,8 +71,10 @@ def test_the_gate_kills_every_interpreter_mutant_and_the_report_is_signed(tmp_pa
     gate.write_text(GATE)
     assert _qualify(["keygen", "--out", str(tmp_path / "keys")], ROOT).returncode == 0
     key = tmp_path / "keys" / "signing-key.pem"
+    # The unmutated copy runs after the mutants, only the items that killed one (the whole gate beside them is
+    # the default, which the survivor test below takes).
     args = ["mutants", "--interpreter-only", "--gate", str(gate), "--jobs", "2", "--out", str(tmp_path / "out"),
-            "--name", "run", "--sign-key", str(key)]  # fmt: skip
+            "--name", "run", "--sign-key", str(key), "--unmutated", "killing-items"]  # fmt: skip
     proc = _qualify(args, ROOT)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     report = json.loads((tmp_path / "out" / "run.json").read_text())
@@ -91,6 +93,11 @@ def test_the_gate_kills_every_interpreter_mutant_and_the_report_is_signed(tmp_pa
         "small-cascade",
         "small-packed",
     }
+    killers = {k["item"] for r in rows.values() for k in r["killed_by"]}
+    assert report["baseline"]["scope"] == "killing-items" and set(report["baseline"]["items"]) == killers
+    unmutated = json.loads((tmp_path / "out" / "run.children" / "unmutated.json").read_text())
+    assert killers <= {i["name"] for i in unmutated["items"] if i["status"] == "passed"}
+    assert f"unmutated copy: passed on the {len(killers)} items that killed a mutant" in proc.stdout
     rearm = rows["split-counter-not-rearmed"]["killed_by"][0]["failed_checks"]
     assert "a second launch of the same plan" in rearm
     children = sorted(p.name for p in (tmp_path / "out" / "run.children").glob("*.json"))
@@ -152,6 +159,7 @@ def test_a_survivor_fails_the_run_and_an_argued_one_is_reported_equivalent(tmp_p
         "comment-edit-argued": "equivalent",
     }
     assert report["score"] == 0.0
+    assert report["baseline"]["scope"] == "whole-gate" and report["baseline"]["items"] is None
 
 
 def test_a_stale_edit_is_a_usage_error_and_nothing_is_written(tmp_path: Path) -> None:
