@@ -156,13 +156,19 @@ def _selection_args(args: argparse.Namespace) -> list[str]:
     return given
 
 
-def _gpu_args(spec: str) -> list[str] | None:
-    """pytest's options for one xdist worker per GPU of `spec`; None (after one line on stderr) when the spec
-    names no GPU or pytest-xdist is missing."""
-    from qualify.gpu_workers import parse_gpus
+def _gpu_args(spec: str, per_gpu: int, files: list[Path]) -> list[str] | None:
+    """pytest's options for `per_gpu` xdist workers per GPU of `spec`; None (after one line on stderr) when the
+    spec names no GPU, more than one worker per GPU would share a GPU with an item that may not, or pytest-xdist
+    is missing."""
+    from qualify.gpu_workers import check_shares_gpu, parse_gpus
+    from qualify.registry import default_registry
 
     try:
         gpus = parse_gpus(spec)
+        if per_gpu < 1:
+            raise QualifyError(f"--workers-per-gpu {per_gpu}: at least 1")
+        if per_gpu > 1:
+            check_shares_gpu(files, default_registry())
     except QualifyError as exc:
         print(exc.diagnostics(), file=sys.stderr)
         return None
@@ -172,8 +178,8 @@ def _gpu_args(spec: str) -> list[str] | None:
         return None
     # No restarts: a worker started in place of a crashed one would have no GPU of its own, and the crashed
     # item would run again elsewhere, its crash unrecorded.
-    return ["-p", "xdist", "-n", str(len(gpus)), "--dist", "load", "--max-worker-restart", "0",
-            "--qualify-gpus", ",".join(gpus)]  # fmt: skip
+    return ["-p", "xdist", "-n", str(len(gpus) * per_gpu), "--dist", "load", "--max-worker-restart", "0",
+            "--qualify-gpus", ",".join(gpus), "--qualify-workers-per-gpu", str(per_gpu)]  # fmt: skip
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -224,8 +230,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         pytest_args += ["--qualify-shard", args.shard]
     if args.shard_durations:
         pytest_args += ["--qualify-shard-durations", args.shard_durations]
+    if args.workers_per_gpu != 1 and not args.gpus:
+        print(f"qualify run --workers-per-gpu {args.workers_per_gpu}: pins workers to GPUs, give --gpus too",
+              file=sys.stderr)  # fmt: skip
+        return EXIT_USAGE
     if args.gpus:
-        gpu_args = _gpu_args(args.gpus)
+        gpu_args = _gpu_args(args.gpus, args.workers_per_gpu, files)
         if gpu_args is None:
             return EXIT_USAGE
         pytest_args += gpu_args
@@ -577,6 +587,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="auto|N|0,1",
         help="spread the items over these GPUs, one pytest-xdist worker pinned to each (CUDA_VISIBLE_DEVICES); "
         "items sharing run-wide state run in one worker; one merged report",
+    )
+    run.add_argument(
+        "--workers-per-gpu",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --gpus: N workers pinned to each GPU, for gate files whose kinds may share one (kernel_numerics: "
+        "correctness only; refused where an item is timed)",
     )
     run.add_argument(
         "--benchmark-json",

@@ -1,11 +1,13 @@
 """Items spread over the GPUs of one host by pytest-xdist (`qualify run --gpus auto|N|0,1`).
 
 One xdist worker per GPU, each pinned to its GPU with `CUDA_VISIBLE_DEVICES` before anything in it touches CUDA,
-so every item has its GPU to itself. xdist's scope scheduler load-balances the items, except that the items of one
-worker group (`GateKindSpec.worker_group`: items sharing a run-wide store or timed worker processes) are one scope,
-run by one worker. Each worker builds its part of the report (unsigned, never written) and hands it to the controller in
-its `workeroutput`; the controller merges the parts into one report in the gate files' compile order, with the
-GPU of every item, and signs it as a serial run would be signed.
+so every item has its GPU to itself. `--workers-per-gpu N` pins N workers to each GPU instead, for gate files whose
+every kind says its items may share one (`GateKindSpec.shares_gpu`: correctness checks, nothing timed). xdist's
+scope scheduler load-balances the items, except that the items of one worker group (`GateKindSpec.worker_group`:
+items sharing a run-wide store or timed worker processes) are one scope, run by one worker. Each worker builds its
+part of the report (unsigned, never written) and hands it to the controller in its `workeroutput`; the controller
+merges the parts into one report in the gate files' compile order, with the GPU of every item, and signs it as a
+serial run would be signed.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import re
 import shutil
 import subprocess
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,7 @@ from qualify.results import Check, ItemOutcome, ItemResult, Status
 from qualify.shards.merge import settle
 
 if TYPE_CHECKING:
+    from qualify.compile import GateItem
     from qualify.registry import GateKindRegistry
     from qualify.session import SessionState
 
@@ -105,12 +108,41 @@ def _worker_index(workerid: str) -> int:
     return int(match.group(1)) if match else 1 << 30
 
 
-def worker_gpu(workerid: str, gpus: list[str]) -> str:
-    """The GPU of xdist worker `gwK`: the K-th of `gpus` (a worker xdist started in place of a crashed one has
-    none: workers are never restarted, `--max-worker-restart 0`)."""
-    if _worker_index(workerid) >= len(gpus):
-        raise GpuSpecError(f"xdist worker {workerid!r} has no GPU among {','.join(gpus)}: start one worker per GPU")
-    return gpus[_worker_index(workerid)]
+def worker_gpu(workerid: str, gpus: list[str], per_gpu: int = 1) -> str:
+    """The GPU of xdist worker `gwK`: the (K // per_gpu)-th of `gpus` (a worker xdist started in place of a crashed
+    one has none: workers are never restarted, `--max-worker-restart 0`)."""
+    if _worker_index(workerid) >= len(gpus) * per_gpu:
+        raise GpuSpecError(
+            f"xdist worker {workerid!r} has no GPU among {','.join(gpus)}: start {per_gpu} worker(s) per GPU"
+        )
+    return gpus[_worker_index(workerid) // per_gpu]
+
+
+def check_shares_gpu(gate_paths: list[Path], registry: GateKindRegistry) -> None:
+    """GpuSpecError naming the first gate whose kind may not share a GPU (`GateKindSpec.shares_gpu`), over every
+    gate compiled from `gate_paths`, selected or not: `-k` is applied later, by the workers."""
+    for path, g in _compiled_items(gate_paths, registry):
+        if not registry.get(g.kind).shares_gpu:
+            raise GpuSpecError(
+                f"{path}: gate {g.gate_id!r} ({g.kind}) needs a GPU to itself, so --workers-per-gpu must be 1 "
+                "(its items are timed or take most of the GPU's memory)"
+            )
+
+
+def _compiled_items(gate_paths: list[Path], registry: GateKindRegistry) -> Iterator[tuple[Path, GateItem]]:
+    """Every item compiled from the gate files under `gate_paths`, with its file (no torch, no data); a file that
+    does not compile is left to the workers, which report its error."""
+    from qualify.compile import compile_gate_file, discover_gate_files, looks_like_gate_file
+
+    for path in discover_gate_files(gate_paths):
+        if not looks_like_gate_file(path):
+            continue
+        try:
+            compiled = compile_gate_file(path, registry)
+        except QualifyError:
+            continue
+        for g in compiled.items:
+            yield path, g
 
 
 def merge_worker_reports(
@@ -121,6 +153,7 @@ def merge_worker_reports(
     release: dict[str, Any],
     strict: bool,
     signed: bool,
+    per_gpu: int = 1,
 ) -> dict[str, Any]:
     """One report from the workers' parts (`{workerid: {"report": ..., "compiled": [...], "exitstatus": ...}}`,
     or `{"error": ...}` for a worker that went down without one); `compiled` holds every compiled item, in
@@ -171,10 +204,12 @@ def merge_worker_reports(
     settle(report)
     workers = []
     for w in sorted(parts, key=_worker_index):
-        gpu = gpus[_worker_index(w)] if _worker_index(w) < len(gpus) else "none"
-        workers.append({"worker": w, "gpu": gpu, "items": sum(1 for i in items if i.get("gpu") == gpu and w in ok),
-                        "exitstatus": parts[w].get("exitstatus"), "error": down.get(w)})  # fmt: skip
-    report["gpus"] = {"ids": list(gpus), "workers": workers}
+        gpu = gpus[_worker_index(w) // per_gpu] if _worker_index(w) < len(gpus) * per_gpu else "none"
+        own = (ok[w]["report"].get("items") or []) if w in ok else []
+        ran_here = sum(1 for i in own if i.get("status") != Status.DESELECTED.value)
+        workers.append({"worker": w, "gpu": gpu, "items": ran_here, "exitstatus": parts[w].get("exitstatus"),
+                        "error": down.get(w)})  # fmt: skip
+    report["gpus"] = {"ids": list(gpus), "workers": workers, "workers_per_gpu": per_gpu}
     return report
 
 
@@ -211,7 +246,7 @@ def merged_report(state: SessionState, provenance: dict[str, Any], *, signed: bo
     assert state.worker_parts is not None and state.gpus is not None
     state.merged = merge_worker_reports(
         state.worker_parts, state.gpus, provenance=provenance, release=release_status(state, signed),
-        strict=state.strict, signed=signed,
+        strict=state.strict, signed=signed, per_gpu=state.workers_per_gpu,
     )  # fmt: skip
     return state.merged
 
@@ -221,21 +256,12 @@ def item_groups(gate_paths: list[Path], registry: GateKindRegistry) -> dict[str,
     kind names a group. xdist's controller collects nothing, and a node id names no file for a gate file outside
     the root directory, so the controller compiles the files itself (no torch, no data) and matches by item name.
     Two files' items of one name share a group if either has one: grouping more only runs more in one worker."""
-    from qualify.compile import compile_gate_file, discover_gate_files, looks_like_gate_file
-
     out: dict[str, str] = {}
-    for path in discover_gate_files(gate_paths):
-        if not looks_like_gate_file(path):
-            continue
-        try:
-            compiled = compile_gate_file(path, registry)
-        except QualifyError:
-            continue  # the workers report the gate file's error
-        for g in compiled.items:
-            group_of = registry.get(g.kind).worker_group
-            group = group_of(g.params) if group_of is not None else None
-            if group:
-                out.setdefault(g.name, group)
+    for _, g in _compiled_items(gate_paths, registry):
+        group_of = registry.get(g.kind).worker_group
+        group = group_of(g.params) if group_of is not None else None
+        if group:
+            out.setdefault(g.name, group)
     return out
 
 

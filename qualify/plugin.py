@@ -54,6 +54,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         metavar="IDS",
         help="spread the items over these GPUs, one pytest-xdist worker each (with -n COUNT --dist load)",
     )
+    group.addoption(
+        "--qualify-workers-per-gpu",
+        type=int,
+        default=1,
+        metavar="N",
+        help="with --qualify-gpus: N workers pinned to each GPU (-n GPUS x N), for kinds whose items may share one",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -107,11 +114,15 @@ def _configure_gpus(config: pytest.Config, state: SessionState) -> None:
         return
     from qualify.gpu_workers import parse_gpu_ids, worker_gpu
 
+    per_gpu = int(config.option.qualify_workers_per_gpu)
+    if per_gpu < 1:
+        raise pytest.UsageError(f"--qualify-workers-per-gpu {per_gpu}: at least 1")
     try:
         state.gpus = parse_gpu_ids(spec)
+        state.workers_per_gpu = per_gpu
         workerinput = getattr(config, "workerinput", None)
         if workerinput is not None:
-            state.gpu = worker_gpu(str(workerinput["workerid"]), state.gpus)
+            state.gpu = worker_gpu(str(workerinput["workerid"]), state.gpus, per_gpu)
     except QualifyError as exc:
         raise pytest.UsageError(exc.diagnostics()) from None
     if state.gpu is not None:
@@ -122,10 +133,12 @@ def _configure_gpus(config: pytest.Config, state: SessionState) -> None:
         return
     workers = getattr(config.option, "numprocesses", None)
     restarts = str(getattr(config.option, "maxworkerrestart", None))
-    if workers != len(state.gpus) or getattr(config.option, "dist", "no") == "no" or restarts != "0":
+    count = len(state.gpus) * per_gpu
+    if workers != count or getattr(config.option, "dist", "no") == "no" or restarts != "0":
+        each = "one worker per GPU" if per_gpu == 1 else f"{per_gpu} workers per GPU"
         raise pytest.UsageError(
-            f"--qualify-gpus {spec}: needs pytest-xdist with -n {len(state.gpus)} --dist load --max-worker-restart 0 "
-            "(one worker per GPU, never replaced; `qualify run --gpus` passes them)"
+            f"--qualify-gpus {spec}: needs pytest-xdist with -n {count} --dist load --max-worker-restart 0 "
+            f"({each}, never replaced; `qualify run --gpus` passes them)"
         )
     state.worker_parts = {}
 

@@ -82,6 +82,10 @@ class GateKindSpec:
         Taking an item's params: the name of the run-wide state its items share (a `ctx.memo` store, timed
         worker processes), or None when an item stands alone. Under `qualify run --gpus` the items of one group
         run in one worker, on one GPU (one scope of xdist's scope scheduler); the others are load-balanced.
+    shares_gpu
+        Whether items of the kind may run beside another worker's on one GPU (`qualify run --gpus ...
+        --workers-per-gpu N`): correctness checks of small launches. False (the default) for timed items, whose
+        timings a shared GPU would bend, and for engines that take most of a GPU's memory.
     """
 
     name: str
@@ -96,6 +100,7 @@ class GateKindSpec:
     generate_reads: tuple[str, ...] = ()
     describe: str | None = None
     worker_group: Callable[[KindParams], str | None] | None = None
+    shares_gpu: bool = False
 
     def load_runner(self) -> Callable[[GateItem, RunContext], ItemOutcome]:
         return _load(self.runner)

@@ -39,6 +39,7 @@ class SessionState:
     # `qualify run --gpus`: the GPUs of the run (controller and workers), the one this worker is pinned to, the
     # workers' parts of the report (controller), and the report merged from them.
     gpus: list[str] | None = None
+    workers_per_gpu: int = 1
     gpu: str | None = None
     worker_parts: dict[str, dict[str, Any]] | None = None
     merged: dict[str, Any] | None = None

@@ -21,7 +21,8 @@
 #        correctness items only, so sharing the GPU changes no verdict; MUTANTS=0 leaves out the mutation run,
 #        MUTANTS=only runs it alone (the gate grew past what fits beside it in one call's 600 s); GPUS=auto spreads
 #        the numerics items over every GPU of a multi-GPU kind (596 items took 530 s on one H200); UNMUTATED=killing-items
-#        runs the mutants' unmutated copy after them on their killing items only (694 items took 405 s alone on an H100)
+#        runs the mutants' unmutated copy after them on their killing items only (694 items took 405 s alone on an H100);
+#        GPUS=auto WORKERS_PER_GPU=4 runs the numerics gate with 4 workers on each GPU (correctness items only)
 #   K="numerics-envelope-decode or ..." bash scripts/gpu_speed.sh numerics-part   (carry .gpu) the numerics gate's
 #        items that K selects, in one signed run (INCOMPLETE by design: the rest is deselected)
 #   bash scripts/gpu_speed.sh targets            (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
@@ -178,7 +179,8 @@ qualify)
     numerics=""
     if [ "${MUTANTS:-1}" != only ]; then
       # shellcheck disable=SC2086
-      signed_run numerics numerics-h200 "${NUMERICS_LIMIT:-560}" gates/kernel_numerics.yaml ${GPUS:+--gpus "$GPUS"} &
+      signed_run numerics numerics-h200 "${NUMERICS_LIMIT:-560}" gates/kernel_numerics.yaml ${GPUS:+--gpus "$GPUS"} \
+        ${WORKERS_PER_GPU:+--workers-per-gpu "$WORKERS_PER_GPU"} &
       numerics=$!
     fi
     gluon=""

@@ -4,7 +4,7 @@
 ``<kind>.<Model>``, and one rule per kind in the item's `allOf`) are generated from each built-in kind's
 measurements model and threshold fields; `python -m qualify.report.schema --write` regenerates them and
 a test fails when the file and the models disagree. Reports of earlier versions are checked against the
-schema they were written under (`report.v1.schema.json` to `report.v3.schema.json`), so `qualify render` still reads
+schema they were written under (`report.v1.schema.json` to `report.v4.schema.json`), so `qualify render` still reads
 them.
 """
 
@@ -19,11 +19,12 @@ from typing import Any
 
 from qualify.registry import ENTRY_POINT_GROUP, GateKindRegistry, GateKindSpec
 
-REPORT_VERSION = 4  # 4: the GPU of each item and the workers of a `--gpus` run; 3: own item durations,
+REPORT_VERSION = 5  # 5: workers per GPU of a `--gpus` run; 4: the GPU of each item and the workers of a `--gpus` run;
+# 3: own item durations,
 # kernel specializations and coverage, repository-relative paths
 SCHEMA_DIR = Path(__file__).parent
 SCHEMA_PATH = SCHEMA_DIR / "report.schema.json"
-_EARLIER = {v: SCHEMA_DIR / f"report.v{v}.schema.json" for v in (1, 2, 3)}
+_EARLIER = {v: SCHEMA_DIR / f"report.v{v}.schema.json" for v in (1, 2, 3, 4)}
 # The distribution whose kinds the shipped schema describes; a third-party kind's items are checked by the
 # generic item rules only (its own package holds its model).
 _DISTRIBUTION = "cartridge-qualify"

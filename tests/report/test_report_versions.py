@@ -111,11 +111,16 @@ def test_signed_version_1_envelopes_still_verify_and_render(
 
 
 def test_each_earlier_version_is_read_with_its_own_schema() -> None:
-    assert REPORT_VERSION == 4
-    for version in (1, 2, 3):
+    assert REPORT_VERSION == 5
+    for version in (1, 2, 3, 4):
         assert schema_for({"report_version": version})["properties"]["report_version"] == {"const": version}
     current = schema_for({"report_version": REPORT_VERSION})
-    assert current["properties"]["report_version"] == {"const": 4}
+    assert current["properties"]["report_version"] == {"const": 5}
+    assert "workers_per_gpu" in current["properties"]["gpus"]["properties"]
+    v4 = schema_for({"report_version": 4})
+    assert (
+        "workers_per_gpu" not in v4["properties"]["gpus"]["properties"] and "gpu" in v4["$defs"]["item"]["properties"]
+    )
     assert "gpus" in current["properties"] and "gpu" in current["$defs"]["item"]["properties"]
     v3 = schema_for({"report_version": 3})
     assert "gpus" not in v3["properties"] and "gpu" not in v3["$defs"]["item"]["properties"]

@@ -92,6 +92,40 @@ def test_a_one_gpu_spread_gives_the_serial_runs_items(
     assert {i["gpu"] for i in spread["items"]} == {gpu} and spread["gpus"]["ids"] == [gpu]
 
 
+def test_workers_per_gpu_share_each_gpu_and_give_the_serial_runs_items(tmp_path: Path) -> None:
+    values = _values(9)
+    gate = _gate(tmp_path, values, values[4])
+    serial_code, serial = _run(tmp_path, gate, "serial")
+    code, spread = _run(tmp_path, gate, "spread", "--gpus", "0,1", "--workers-per-gpu", "2")
+    assert (code, spread["verdict"], _items(spread)) == (serial_code, serial["verdict"], _items(serial))
+    jsonschema.validate(spread, json.loads(SCHEMA_PATH.read_text()))
+    workers = spread["gpus"]["workers"]
+    assert [(w["worker"], w["gpu"]) for w in workers] == [("gw0", "0"), ("gw1", "0"), ("gw2", "1"), ("gw3", "1")]
+    assert sum(w["items"] for w in workers) == len(values)  # each item counted once, by the worker that ran it
+    assert spread["gpus"]["workers_per_gpu"] == 2 and spread["gpus"]["ids"] == ["0", "1"]
+    for item in spread["items"]:
+        assert f"CUDA_VISIBLE_DEVICES={item['gpu']}" in item["notes"]
+
+
+def test_workers_per_gpu_are_refused_where_an_item_needs_its_gpu(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0")
+    # gates/perf.yaml times kernels: a GPU shared with another worker would bend every sample.
+    perf = ROOT / "gates" / "perf.yaml"
+    out = tmp_path / "out"
+    assert main(["run", str(perf), "--out", str(out), "--gpus", "auto", "--workers-per-gpu", "2"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"{perf}: gate ") and "(perf_nonregression) needs a GPU to itself" in err
+    assert "\n" not in err and not any(out.glob("*"))
+    gate = _gate(tmp_path, [0.5], 1.0)
+    assert main(["run", str(gate), "--out", str(out), "--workers-per-gpu", "2"]) == 2
+    assert "give --gpus too" in capsys.readouterr().err
+    assert main(["run", str(gate), "--out", str(out), "--gpus", "auto", "--workers-per-gpu", "0"]) == 2
+    assert capsys.readouterr().err.strip() == "--workers-per-gpu 0: at least 1"
+    assert not any(out.glob("*"))  # nothing written
+
+
 def test_items_of_one_group_share_a_worker_and_the_signed_report_verifies(tmp_path: Path) -> None:
     assert main(["keygen", "--out", str(tmp_path / "keys")]) == 0
     values = _values(6)
@@ -128,6 +162,10 @@ def test_the_kinds_name_their_shared_state() -> None:
     assert groups("gates/perf.yaml") == {"timing"}
     assert groups("gates/loss.yaml") == {None}  # Hugging Face on the host: load-balanced
     assert registry.get("kernel_numerics").worker_group is None
+    # Only correctness checks of small launches may share a GPU (`--workers-per-gpu`).
+    assert {k: registry.get(k).shares_gpu for k in ("kernel_numerics", "perf_nonregression", "loss_increase",
+            "accuracy_floor", "greedy_agreement")} == {"kernel_numerics": True, "perf_nonregression": False,
+            "loss_increase": False, "accuracy_floor": False, "greedy_agreement": False}  # fmt: skip
 
 
 def test_gpu_specs() -> None:
@@ -188,6 +226,12 @@ def test_plain_pytest_needs_one_worker_per_gpu(pytester: pytest.Pytester, tmp_pa
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     want = "--qualify-gpus 0,1: needs pytest-xdist with -n 2 --dist load --max-worker-restart 0 "
     result.stderr.fnmatch_lines([f"*{want}*"])
+    shared = pytester.runpytest_inprocess(str(gate), "-p", "no:cacheprovider", "--qualify-gpus", "0,1",
+                                          "--qualify-workers-per-gpu", "3")  # fmt: skip
+    assert shared.ret == pytest.ExitCode.USAGE_ERROR
+    shared.stderr.fnmatch_lines(
+        ["*needs pytest-xdist with -n 6 --dist load --max-worker-restart 0 (3 workers per GPU*"]
+    )
 
 
 def _part(report_items: list[dict], compiled: list[dict], **extra: object) -> dict:

@@ -26,4 +26,6 @@ SPEC = GateKindSpec(
     generate_axes="qualify.numerics.envelope_cells:envelope_axes",
     generate_reads=ENVELOPE_READS,
     describe="qualify.numerics.dispatch_view:describe_cell",
+    # Correctness of launches of at most a few GiB, timed by nothing: workers may share a GPU.
+    shares_gpu=True,
 )

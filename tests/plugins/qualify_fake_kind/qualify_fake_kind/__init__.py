@@ -84,4 +84,5 @@ SPEC = GateKindSpec(
     lint=lint,
     render=f"{__name__}.render:RENDER",
     worker_group=worker_group,
+    shares_gpu=True,  # nothing is timed and no GPU is touched: `--workers-per-gpu` tests spread it
 )
