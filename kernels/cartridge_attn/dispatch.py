@@ -10,12 +10,9 @@ envelope, point by point. A numerics gate qualifies what ships by reaching every
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from . import heuristics as K
-
-if TYPE_CHECKING:
-    from .api import Plan
 
 __all__ = ["Envelope", "Region", "Specialization", "dispatch_table", "specialization_of"]
 
@@ -241,7 +238,23 @@ class Specialization:
         )  # fmt: skip
 
 
-def specialization_of(plan: Plan) -> Specialization:
+class PlannedLaunch(Protocol):
+    """What `specialization_of` reads of a plan (`api.Plan`), named here so that the dispatch, which the workspace
+    sizes its buffers from, needs nothing of the module that plans."""
+
+    config: K.KernelConfig
+    mode: str
+    q_dtype: object
+    cartridge_v_dtype: object
+    live_v_dtype: object
+    num_qo_heads: int
+    num_kv_heads: int
+    head_dim: int
+    page_size: int
+    causal: bool
+
+
+def specialization_of(plan: PlannedLaunch) -> Specialization:
     """The compiled variant a planned launch uses (the interpreter is not part of it)."""
     c = plan.config
     return Specialization(

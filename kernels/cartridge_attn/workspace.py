@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from . import heuristics as K
+from .dispatch import decode_regions
 from .errors import UnsupportedLayoutError
 
 __all__ = ["DecodeWorkspace"]
@@ -60,24 +61,21 @@ class DecodeWorkspace:
         self.device = torch.device(device)
         if self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", torch.cuda.current_device())
-        # The largest state any default decode configuration inside the bounds asks for. Fewer live keys never
-        # split into more ranges, but below the packing batch the default takes a cascade only up to
-        # CASCADE_UNPACKED_MAX_LIVE: a step planned for fewer live keys than the bound may need cascade states that
-        # the bound's configuration does not.
+        # The largest state any decode configuration inside the bounds asks for: the dispatch's regions over
+        # (batch, live) each hold one configuration, whose states grow with the batch. Not only the bound's: the
+        # configuration is not monotone in the live keys (below the packing batch a cascade only up to
+        # CASCADE_UNPACKED_MAX_LIVE).
         rows = ml = cart = 1
-        cart_rows = K.cascade_rows(decode_cascade)
-        lives = {max_live, min(max_live, K.CASCADE_UNPACKED_MAX_LIVE)}
-        for batch in range(1, max_batch + 1):
-            for live in lives:
-                cfg = K.decode_config(
-                    group, head_dim, batch, live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len,
-                    cart_rows=cart_rows,
-                )  # fmt: skip
-                if cfg.splits > 1:
-                    states = batch * num_kv_heads * cfg.splits
-                    rows = max(rows, states * cfg.block_m * head_dim)
-                    ml = max(ml, states * 2 * cfg.block_m)
-                cart = max(cart, K.cascade_state_rows(cfg, batch, num_qo_heads))
+        for region in decode_regions(
+            group, head_dim, max_batch, max_live, num_kv_heads=num_kv_heads, cartridge_len=cartridge_len,
+            cascade=decode_cascade,
+        ):  # fmt: skip
+            cfg, batch = region.config, region.batch[1] if region.batch else max_batch
+            if cfg.splits > 1:
+                states = batch * num_kv_heads * cfg.splits
+                rows = max(rows, states * cfg.block_m * head_dim)
+                ml = max(ml, states * 2 * cfg.block_m)
+            cart = max(cart, K.cascade_state_rows(cfg, batch, num_qo_heads))
         f32 = {"dtype": torch.float32, "device": self.device}
         self.num_qo_heads = num_qo_heads
         self.decode_cascade = decode_cascade  # its states fit only a wrapper with the same setting
