@@ -165,8 +165,6 @@ def _gpu_args(spec: str, per_gpu: int, files: list[Path]) -> list[str] | None:
 
     try:
         gpus = parse_gpus(spec)
-        if per_gpu < 1:
-            raise QualifyError(f"--workers-per-gpu {per_gpu}: at least 1")
         if per_gpu > 1:
             check_shares_gpu(files, default_registry())
     except QualifyError as exc:
@@ -230,6 +228,9 @@ def cmd_run(args: argparse.Namespace) -> int:
         pytest_args += ["--qualify-shard", args.shard]
     if args.shard_durations:
         pytest_args += ["--qualify-shard-durations", args.shard_durations]
+    if args.workers_per_gpu < 1:
+        print(f"--workers-per-gpu {args.workers_per_gpu}: at least 1", file=sys.stderr)
+        return EXIT_USAGE
     if args.workers_per_gpu != 1 and not args.gpus:
         print(f"qualify run --workers-per-gpu {args.workers_per_gpu}: pins workers to GPUs, give --gpus too",
               file=sys.stderr)  # fmt: skip

@@ -110,13 +110,15 @@ def _configure_gpus(config: pytest.Config, state: SessionState) -> None:
     """--qualify-gpus: a worker pins itself to its GPU and writes nothing; the controller collects the workers'
     parts of the report (pytest_testnodedown) and writes the one report."""
     spec = config.option.qualify_gpus
-    if not spec:
-        return
-    from qualify.gpu_workers import parse_gpu_ids, worker_gpu
-
     per_gpu = int(config.option.qualify_workers_per_gpu)
     if per_gpu < 1:
         raise pytest.UsageError(f"--qualify-workers-per-gpu {per_gpu}: at least 1")
+    if not spec:
+        if per_gpu != 1:
+            raise pytest.UsageError(f"--qualify-workers-per-gpu {per_gpu}: pins workers to GPUs, give --qualify-gpus")
+        return
+    from qualify.gpu_workers import check_shares_gpu, parse_gpu_ids, worker_gpu
+
     try:
         state.gpus = parse_gpu_ids(spec)
         state.workers_per_gpu = per_gpu
@@ -140,6 +142,13 @@ def _configure_gpus(config: pytest.Config, state: SessionState) -> None:
             f"--qualify-gpus {spec}: needs pytest-xdist with -n {count} --dist load --max-worker-restart 0 "
             f"({each}, never replaced; `qualify run --gpus` passes them)"
         )
+    if per_gpu > 1:
+        # Here too, not only in `qualify run`: plain pytest must not time items on a shared GPU either.
+        root = Path(config.invocation_params.dir)
+        try:
+            check_shares_gpu([root / a.split("::", 1)[0] for a in config.args], state.registry)
+        except QualifyError as exc:
+            raise pytest.UsageError(exc.diagnostics()) from None
     state.worker_parts = {}
 
 

@@ -20,7 +20,7 @@ from typing import Any
 from qualify.errors import QualifyError
 from qualify.hashing import sha256_file
 from qualify.mutation.catalog import LoadedCatalog, Mutant, load_catalog
-from qualify.mutation.execute import ChildRun, items_expression, run_child
+from qualify.mutation.execute import ChildRun, GateItemRef, items_expression, run_child
 from qualify.mutation.materialize import materialize, tree_sha256
 from qualify.mutation.report import build_mutation_report, markdown_table, mutant_row
 from qualify.report.paths import as_reported
@@ -47,7 +47,8 @@ def add_parser(sub: Any) -> None:
         "--unmutated", choices=("whole-gate", "killing-items"), default="whole-gate",
         help="what the unmutated copy runs: the whole gate beside the mutants (default), or after them only the "
         "items that killed one (each kill stands only if that item passes the unmutated kernel: the same score "
-        "from a fraction of the gate)",
+        "from a fraction of the gate, but no verdict on the items no mutant reached, which the numerics run of "
+        "the unmutated kernel must give)",
     )  # fmt: skip
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="reports", help="output folder (default: reports)")
@@ -73,7 +74,7 @@ def _one(
     children: Path,
     args: argparse.Namespace,
     cwd: Path,
-    only_items: list[str] | None = None,
+    only_items: list[GateItemRef] | None = None,
 ) -> tuple[ChildRun, str | None]:
     with tempfile.TemporaryDirectory(prefix="qualify-mutant-") as tmp:
         copy = materialize(target, Path(tmp), mutant)
@@ -84,11 +85,12 @@ def _one(
     return run, copy.edited_sha256
 
 
-def _killing_items(runs: dict[str, tuple[ChildRun, str | None]]) -> list[str] | None:
+def killing_items(runs: dict[str, tuple[ChildRun, str | None]]) -> list[GateItemRef] | None:
     """Every item that killed a mutant, when one -k expression can select them all; None otherwise (no kill, or a
     name no expression can hold), when the unmutated copy must run the whole gate."""
-    names = sorted({k["item"] for run, _ in runs.values() for k in run.killed_by})
-    return names if items_expression(names) is not None else None
+    refs = sorted({GateItemRef(k.get("nodeid") or k["item"], k["item"]) for run, _ in runs.values()
+                   for k in run.killed_by})  # fmt: skip
+    return refs if items_expression([r.name for r in refs]) is not None else None
 
 
 def _line(done: int, total: int, ident: str, run: ChildRun) -> str:
@@ -150,7 +152,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
             print(line.replace("] survived", "] passed  ", 1) if m is None else line, flush=True)
     baseline_items = None
     if after:
-        baseline_items = _killing_items(runs)
+        baseline_items = killing_items(runs)
         scope = f"the {len(baseline_items)} items that killed a mutant" if baseline_items else "the whole gate"
         print(f"unmutated copy: {scope}", flush=True)
         runs[BASELINE_NAME] = _one(target, None, gates, children, args, cwd, baseline_items)
@@ -167,7 +169,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         target_tree_sha256=tree_sha256(target),
         gate_files=[(as_reported(str(g), cwd), sha256_file(g)) for g in gates],
         baseline=baseline,
-        baseline_items=baseline_items,
+        baseline_items=None if baseline_items is None else [i.nodeid for i in baseline_items],
         rows=rows,
         seed=args.seed,
         stop_at_first_failure=not args.all_items,

@@ -101,6 +101,15 @@ def _kernel_sources(report: dict[str, Any]) -> set[str]:
     return found
 
 
+@dataclass(frozen=True, order=True)
+class GateItemRef:
+    """One item of a child's report: its node id (file and name: two gate files may hold items of one name) and
+    its name, which a -k expression can select it by."""
+
+    nodeid: str
+    name: str
+
+
 def items_expression(names: Sequence[str]) -> str | None:
     """A pytest -k expression selecting (at least) the items of these names; None when a name cannot be written in
     one (then the whole gate has to run)."""
@@ -109,9 +118,14 @@ def items_expression(names: Sequence[str]) -> str | None:
     return " or ".join(sorted(set(names)))
 
 
+def _nodeid(item: dict[str, Any]) -> str:
+    return str(item.get("nodeid") or item.get("name"))
+
+
 def classify(report: dict[str, Any], copy: Copy, required: Collection[str] | None = None) -> ChildRun:
     """The mutant's status from the child's plain report (before timing and exit code are filled in). With
-    `required` (a run of selected items): SURVIVED means every required item ran and passed, whatever the rest."""
+    `required` (node ids, for a run of selected items): SURVIVED means every required item ran and passed,
+    whatever the rest."""
     items = report.get("items") or []
     counts: dict[str, int] = {}
     for it in items:
@@ -124,7 +138,7 @@ def classify(report: dict[str, Any], copy: Copy, required: Collection[str] | Non
         return ChildRun(MutantStatus.BROKEN, verdict, None, 0.0, counts=counts,
                         reason=f"the report names kernel sources other than the copy's: {sorted(foreign)}")  # fmt: skip
     killers = [
-        {"item": str(it.get("name") or it.get("nodeid")), "status": str(it.get("status")),
+        {"item": str(it.get("name") or it.get("nodeid")), "nodeid": _nodeid(it), "status": str(it.get("status")),
          "failed_checks": "; ".join(c.get("name", "") for c in it.get("checks") or [] if not c.get("passed"))[:300],
          "reason": str(it.get("reason") or "")[:300]}
         for it in items
@@ -133,7 +147,7 @@ def classify(report: dict[str, Any], copy: Copy, required: Collection[str] | Non
     if killers:
         return ChildRun(MutantStatus.KILLED, verdict, None, 0.0, killed_by=killers, counts=counts)
     if required is not None:
-        passed = {str(it.get("name")) for it in items if it.get("status") == "passed"}
+        passed = {_nodeid(it) for it in items if it.get("status") == "passed"}
         missing = sorted(set(required) - passed)
         if missing:
             reason = f"{len(missing)} required items did not run and pass: {', '.join(missing)[:300]}"
@@ -155,16 +169,16 @@ def run_child(
     seed: int,
     timeout_s: float,
     stop_at_first_failure: bool = True,
-    only_items: Sequence[str] | None = None,
+    only_items: Sequence[GateItemRef] | None = None,
 ) -> ChildRun:
     """Run the gate files against `copy` in a fresh process; the child's plain report goes to `out_dir/name.json`.
-    `only_items`: run just the items of these names (an expression of them must exist: `items_expression`), and
-    classify by them alone."""
+    `only_items`: run just these items (selected by name: an expression of their names must exist,
+    `items_expression`), and classify by them alone, by node id."""
     select = None
     if only_items is not None:
-        select = items_expression(only_items)
+        select = items_expression([i.name for i in only_items])
         if select is None:
-            raise ValueError(f"no -k expression selects the items {list(only_items)}")
+            raise ValueError(f"no -k expression selects the items {[i.name for i in only_items]}")
     env = child_env(copy)
     started = time.perf_counter()
     problem = probe_import(copy, env, cwd)
@@ -187,7 +201,7 @@ def run_child(
         return ChildRun(MutantStatus.BROKEN, None, proc.returncode, wall,
                         reason=f"no report written (exit {proc.returncode}): {_tail(proc.stderr)}")  # fmt: skip
     report = json.loads(report_path.read_text(encoding="utf-8"))
-    got = classify(report, copy, only_items)
+    got = classify(report, copy, None if only_items is None else [i.nodeid for i in only_items])
     return ChildRun(
         got.status, got.verdict, proc.returncode, wall, got.killed_by, got.counts, sha256_file(report_path),
         got.reason,

@@ -11,7 +11,7 @@ from qualify.mutation.catalog import LoadedCatalog, Mutant
 from qualify.mutation.execute import ChildRun, MutantStatus
 
 MUTATION_REPORT_FORMAT = "cartridge-qualify/mutation-report"
-MUTATION_REPORT_VERSION = 1
+MUTATION_REPORT_VERSION = 2  # 2: the unmutated copy's scope and items (`baseline.scope`, `baseline.items`)
 
 
 def final_status(m: Mutant, run: ChildRun) -> MutantStatus:
@@ -44,7 +44,8 @@ def summarize(baseline: ChildRun, rows: Sequence[dict[str, Any]]) -> dict[str, A
     """Counts, score (killed / (killed + survived)) and verdict.
 
     PASS: the unmutated kernel passed and every mutant was killed or argued equivalent. FAIL: the unmutated
-    kernel failed, a mutant survived, or one argued equivalent was killed. INCOMPLETE: otherwise (inconclusive
+    kernel failed (with `--unmutated killing-items`: an item that killed a mutant failed it or did not run), a mutant
+    survived, or one argued equivalent was killed. INCOMPLETE: otherwise (inconclusive
     or broken children), since nothing was shown for those. A mutant killed only by items that errored (no check
     failed: the run crashed, for instance on an illegal memory access) counts as killed, as mutation tools count
     a crash, and is listed in ``killed_only_by_errors`` with the errors, since an error could also be the host's.
@@ -102,7 +103,7 @@ def build_mutation_report(
         "baseline": {
             "description": "the unmutated copy of the target",
             # Which items the unmutated copy ran: every one, or (`qualify mutants --unmutated killing-items`) those
-            # that killed a mutant, each of which it must pass for the kill to count.
+            # that killed a mutant, by node id, each of which it must pass for the kill to count.
             "scope": "whole-gate" if baseline_items is None else "killing-items",
             "items": list(baseline_items) if baseline_items is not None else None,
             **_as_baseline(baseline.to_dict()),

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from qualify.mutation.catalog import Mutant
-from qualify.mutation.execute import ChildRun, MutantStatus, classify, items_expression
+from qualify.mutation.cli import killing_items
+from qualify.mutation.execute import ChildRun, GateItemRef, MutantStatus, classify, items_expression
 from qualify.mutation.materialize import Copy
 from qualify.mutation.report import mutant_row, summarize
 
@@ -53,16 +54,39 @@ def test_a_report_from_another_kernel_source_is_broken_not_a_kill(tmp_path: Path
     assert run.status is MutantStatus.BROKEN and "other than the copy's" in run.reason
 
 
+def _in(gate: str, item: dict) -> dict:
+    return {**item, "nodeid": f"{gate}::{item['name']}"}
+
+
 def test_a_baseline_of_the_killing_items_passes_only_if_each_of_them_ran_and_passed(tmp_path: Path) -> None:
     copy, sha = _copy(tmp_path)
-    needed = ["numerics-original[prefill-bf16-q17-9_l33-25]", "small"]
-    ran = [_item(needed[0], "passed", sha), _item("small", "passed", sha), _item("other", "deselected")]
+    name = "numerics-original[prefill-bf16-q17-9_l33-25]"
+    needed = [f"a.yaml::{name}", "a.yaml::small"]
+    ran = [_in("a.yaml", _item(name, "passed", sha)), _in("a.yaml", _item("small", "passed", sha)),
+           _in("a.yaml", _item("other", "deselected"))]  # fmt: skip
     passed = classify({"verdict": "INCOMPLETE", "items": ran}, copy, needed)
     assert passed.status is MutantStatus.SURVIVED  # INCOMPLETE by design: the rest was deselected
     missing = classify({"verdict": "INCOMPLETE", "items": ran[:1] + ran[2:]}, copy, needed)
-    assert missing.status is MutantStatus.INCONCLUSIVE and "small" in missing.reason
-    failed = classify({"verdict": "FAIL", "items": [_item(needed[0], "failed", sha), ran[1]]}, copy, needed)
-    assert failed.status is MutantStatus.KILLED and failed.killed_by[0]["item"] == needed[0]
+    assert missing.status is MutantStatus.INCONCLUSIVE and "a.yaml::small" in missing.reason
+    failed = classify({"verdict": "FAIL", "items": [_in("a.yaml", _item(name, "failed", sha)), ran[1]]}, copy, needed)
+    assert failed.status is MutantStatus.KILLED and failed.killed_by[0]["nodeid"] == needed[0]
+    # Another gate file's item of the same name is not the one that killed: it cannot stand in for it.
+    elsewhere = [_in("b.yaml", _item("small", "passed", sha)), _in("a.yaml", _item("small", "skipped"))]
+    other = classify({"verdict": "INCOMPLETE", "items": elsewhere}, copy, ["a.yaml::small"])
+    assert other.status is MutantStatus.INCONCLUSIVE
+
+
+def test_the_killing_items_are_every_kill_s_item_or_none_when_no_expression_selects_them() -> None:
+    def killed(*items: tuple[str, str]) -> tuple[ChildRun, None]:
+        by = [{"item": name, "nodeid": node, "status": "failed"} for node, name in items]
+        return ChildRun(MutantStatus.KILLED, "FAIL", 1, 1.0, killed_by=by), None
+
+    runs = {"m1": killed(("a.yaml::x[1]", "x[1]")), "m2": killed(("b.yaml::x[1]", "x[1]"), ("a.yaml::y", "y"))}
+    assert killing_items(runs) == [GateItemRef("a.yaml::x[1]", "x[1]"), GateItemRef("a.yaml::y", "y"),
+                                   GateItemRef("b.yaml::x[1]", "x[1]")]  # fmt: skip
+    survived = {"m": (ChildRun(MutantStatus.SURVIVED, "PASS", 0, 1.0), None)}
+    assert killing_items(survived) is None  # nothing killed: the whole gate runs
+    assert killing_items({"m": killed(("a.yaml::x y", "x y"))}) is None  # no -k expression holds the name
 
 
 def test_an_expression_of_item_names_selects_each_of_them_by_pytest_s_own_matcher() -> None:

@@ -93,10 +93,10 @@ def test_the_gate_kills_every_interpreter_mutant_and_the_report_is_signed(tmp_pa
         "small-cascade",
         "small-packed",
     }
-    killers = {k["item"] for r in rows.values() for k in r["killed_by"]}
+    killers = {k["nodeid"] for r in rows.values() for k in r["killed_by"]}
     assert report["baseline"]["scope"] == "killing-items" and set(report["baseline"]["items"]) == killers
     unmutated = json.loads((tmp_path / "out" / "run.children" / "unmutated.json").read_text())
-    assert killers <= {i["name"] for i in unmutated["items"] if i["status"] == "passed"}
+    assert killers <= {i["nodeid"] for i in unmutated["items"] if i["status"] == "passed"}
     assert f"unmutated copy: passed on the {len(killers)} items that killed a mutant" in proc.stdout
     rearm = rows["split-counter-not-rearmed"]["killed_by"][0]["failed_checks"]
     assert "a second launch of the same plan" in rearm
@@ -127,19 +127,21 @@ def _catalog(tmp_path: Path, mutants: str) -> Path:
 
 
 COMMENT = "# The running max is kept in scaled log2 units"
+COMMENT_EDIT = f"""  - id: comment-edit
+    category: online-softmax
+    description: A comment changes; the kernel computes the same.
+    file: _kernel.py
+    find: "{COMMENT}"
+    replace: "# (edited)"
+"""
 
 
 @pytest.mark.slow
 def test_a_survivor_fails_the_run_and_an_argued_one_is_reported_equivalent(tmp_path: Path) -> None:
     catalog = _catalog(
         tmp_path,
-        f"""  - id: comment-edit
-    category: online-softmax
-    description: A comment changes; the kernel computes the same.
-    file: _kernel.py
-    find: "{COMMENT}"
-    replace: "# (edited)"
-  - id: comment-edit-argued
+        COMMENT_EDIT
+        + f"""  - id: comment-edit-argued
     category: online-softmax
     description: Another comment edit, argued equivalent.
     file: _kernel.py
@@ -160,6 +162,25 @@ def test_a_survivor_fails_the_run_and_an_argued_one_is_reported_equivalent(tmp_p
     }
     assert report["score"] == 0.0
     assert report["baseline"]["scope"] == "whole-gate" and report["baseline"]["items"] is None
+
+
+def test_a_kill_by_an_item_the_unmutated_kernel_also_fails_fails_the_run(tmp_path: Path) -> None:
+    # The gate's one item fails whatever the kernel: it "kills" the comment edit, and the unmutated copy, run on the
+    # killing items alone, fails it too, so the kill means nothing and the run fails.
+    catalog = _catalog(tmp_path, COMMENT_EDIT)
+    (tmp_path / "gate.yaml").write_text(
+        "suite: s\nversion: 1\ngates:\n  - id: always-fails\n    kind: compare\n    requires: [cpu]\n"
+        "    value: 2.0\n    limit: 1.0\n"
+    )
+    proc = _qualify(["mutants", str(catalog), "--out", str(tmp_path / "out"), "--name", "f", "--unmutated",
+                     "killing-items"], ROOT)  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "f.json").read_text())
+    assert report["verdict"] == "FAIL" and report["mutants"][0]["status"] == "killed"
+    assert report["baseline"]["status"] == "failed" and report["baseline"]["scope"] == "killing-items"
+    assert report["baseline"]["items"] == [report["mutants"][0]["killed_by"][0]["nodeid"]]
+    assert report["report_version"] == 2
+    assert "the gate does not pass the unmutated kernel" in proc.stderr
 
 
 def test_a_stale_edit_is_a_usage_error_and_nothing_is_written(tmp_path: Path) -> None:

@@ -232,6 +232,18 @@ def test_plain_pytest_needs_one_worker_per_gpu(pytester: pytest.Pytester, tmp_pa
     shared.stderr.fnmatch_lines(
         ["*needs pytest-xdist with -n 6 --dist load --max-worker-restart 0 (3 workers per GPU*"]
     )
+    alone = pytester.runpytest_inprocess(str(gate), "-p", "no:cacheprovider", "--qualify-workers-per-gpu", "2")
+    assert alone.ret == pytest.ExitCode.USAGE_ERROR
+    alone.stderr.fnmatch_lines(["*--qualify-workers-per-gpu 2: pins workers to GPUs, give --qualify-gpus*"])
+
+
+def test_plain_pytest_refuses_timed_items_on_a_shared_gpu(pytester: pytest.Pytester) -> None:
+    perf = ROOT / "gates" / "perf.yaml"
+    result = pytester.runpytest_inprocess(str(perf), "-p", "no:cacheprovider", "-p", "xdist", "-n", "2", "--dist",
+                                          "load", "--max-worker-restart", "0", "--qualify-gpus", "0",
+                                          "--qualify-workers-per-gpu", "2")  # fmt: skip
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    result.stderr.fnmatch_lines(["*(perf_nonregression) needs a GPU to itself, so --workers-per-gpu must be 1*"])
 
 
 def _part(report_items: list[dict], compiled: list[dict], **extra: object) -> dict:
