@@ -156,17 +156,13 @@ def _selection_args(args: argparse.Namespace) -> list[str]:
     return given
 
 
-def _gpu_args(spec: str, per_gpu: int, files: list[Path]) -> list[str] | None:
-    """pytest's options for `per_gpu` xdist workers per GPU of `spec`; None (after one line on stderr) when the
-    spec names no GPU, more than one worker per GPU would share a GPU with an item that may not, or pytest-xdist
-    is missing."""
-    from qualify.gpu_workers import check_shares_gpu, parse_gpus
-    from qualify.registry import default_registry
+def _gpu_args(spec: str, per_gpu: int) -> list[str] | None:
+    """pytest's options for `per_gpu` xdist workers per GPU of `spec` (the plugin refuses sharing a GPU with an item
+    that may not); None (after one line on stderr) when the spec names no GPU or pytest-xdist is missing."""
+    from qualify.gpu_workers import parse_gpus
 
     try:
         gpus = parse_gpus(spec)
-        if per_gpu > 1:
-            check_shares_gpu(files, default_registry())
     except QualifyError as exc:
         print(exc.diagnostics(), file=sys.stderr)
         return None
@@ -236,7 +232,7 @@ def cmd_run(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
         return EXIT_USAGE
     if args.gpus:
-        gpu_args = _gpu_args(args.gpus, args.workers_per_gpu, files)
+        gpu_args = _gpu_args(args.gpus, args.workers_per_gpu)
         if gpu_args is None:
             return EXIT_USAGE
         pytest_args += gpu_args

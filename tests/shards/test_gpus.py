@@ -116,7 +116,7 @@ def test_workers_per_gpu_are_refused_where_an_item_needs_its_gpu(
     out = tmp_path / "out"
     assert main(["run", str(perf), "--out", str(out), "--gpus", "auto", "--workers-per-gpu", "2"]) == 2
     err = capsys.readouterr().err.strip()
-    assert err.startswith(f"{perf}: gate ") and "(perf_nonregression) needs a GPU to itself" in err
+    assert err.startswith(f"ERROR: {perf}: gate ") and "(perf_nonregression) needs a GPU to itself" in err
     assert "\n" not in err and not any(out.glob("*"))
     gate = _gate(tmp_path, [0.5], 1.0)
     assert main(["run", str(gate), "--out", str(out), "--workers-per-gpu", "2"]) == 2
