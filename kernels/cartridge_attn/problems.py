@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -99,13 +100,13 @@ class AttentionProblem:
 _FP8_NAN_BYTE = 0x7F  # E4M3FN: S.1111.111 is NaN
 
 
-def poison_cascade_states(attn: object) -> None:
+def poison_cascade_states(attn: Any) -> None:
     """NaN in the states a planned decode cascade hands from its first launch to its second (nothing without a
     cascade, or before a plan): a live walk that merges them before the cascade has written them gives NaN."""
     from .errors import NotPlannedError
 
     try:
-        plan = attn.plan_info  # type: ignore[attr-defined]
+        plan = attn.plan_info
     except NotPlannedError:
         return  # nothing planned, nothing to poison: the run says what is wrong
     if plan.config.cart_rows:
