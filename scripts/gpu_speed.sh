@@ -6,7 +6,8 @@
 #        configuration sweeps (bench_attention.py --tune --sweep-only): what the dispatch table is chosen from
 #   CANDIDATES="1,128,4,2,2 ..." bash scripts/gpu_speed.sh cascade <commit>   (carry .gpu) the decode cascade's GPU
 #        tests, then a decode sweep (BATCHES, default 1 16 64) of the given candidates (R,BN,W,S,K[,CR,CS[,P]]; K or CS 0
-#        for the default, CR 0 for no cascade, no CR for the dispatch's choice, P 0 for a serial live walk) with a table of per-layer times
+#        for the default, CR 0 for no cascade, no CR for the dispatch's choice, P 0 for a serial live walk) with a table of per-layer times;
+#        SHAPE names bench_attention.py's shape (qwen3-8b, page 8, by default; p16 for page 16)
 #   bash scripts/gpu_speed.sh cascade-qualify    (carry .gpu) the decode cascade's numerics gates (numerics-cascade-*,
 #        signed) and its mutants against those gates alone (signed), side by side
 #   bash scripts/gpu_speed.sh cascade-perf       (carry as for `targets`; vLLM staged by earlier calls)
@@ -107,7 +108,8 @@ cascade)
     log "decode sweep: the defaults beside cascades (R,BN,W,S,K,CR,CS,P)"
     # shellcheck disable=SC2086
     timeout "${SWEEP_TIMEOUT:-330}" python3 scripts/bench_attention.py --out "$OUT" --commit "$commit" --tune \
-      --sweep-only --only decode --batches ${BATCHES:-1 16 64} --decode-candidates ${CANDIDATES:?} >"$OUT/sweep.log" 2>&1
+      --sweep-only --only decode --shapes "${SHAPE:-qwen3-8b}" --batches ${BATCHES:-1 16 64} \
+      --decode-candidates ${CANDIDATES:?} >"$OUT/sweep.log" 2>&1
     echo "sweep exit $?"
     python3 - "$OUT/sweep.json" <<'PY'
 import json, sys
