@@ -44,6 +44,9 @@
 #   bash scripts/gpu_speed.sh gluon-bench COMMIT (carry .gpu) prefill per layer of the Triton and Gluon kernels
 #        beside FlashInfer's FA3 over shared pages (bench_attention.py, L2 cold, CUDA graphs); GLUON_SWEEP=1 then
 #        sweeps the Gluon prefill's tile shapes and ring depths (bench_attention.py --tune --prefill-impls gluon)
+#   bash scripts/gpu_speed.sh gluon-profile COMMIT (carry .gpu) prefill per layer of the Gluon prefill with FP8 and BF16
+#        cartridge V beside the Triton prefill and FA3, then Nsight Compute of each Gluon variant and of FA3 at one
+#        point (PROFILE_B, PROFILE_S: batch 16, suffix 512 by default), the Gluon ones with per-SASS-line stalls
 #   bash scripts/gpu_speed.sh gluon-perf         (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
 #        .vllm/setup.sh; .gpu set up and vLLM parts 1-2 staged by earlier calls) stages vLLM part 3;
 #        gates/gpu/perf_gluon.yaml (against FA3 over shared pages and the Triton prefill) with the Gluon numerics
@@ -52,7 +55,7 @@
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-step=${1:?usage: gpu_speed.sh sweep|shapes|gluon-bench|cascade COMMIT, or qualify|numerics-part|targets|prefill|counters|gluon|gluon-perf|cascade-qualify|cascade-perf}
+step=${1:?usage: gpu_speed.sh sweep|shapes|gluon-bench|gluon-profile|cascade COMMIT, or qualify|numerics-part|targets|prefill|counters|gluon|gluon-perf|cascade-qualify|cascade-perf}
 commit=${2:-unknown}
 WORK=/tmp/speed-work
 mkdir -p "$WORK"
@@ -284,6 +287,46 @@ PY
     fi
   } 2>&1 | tee "$OUT/bench-step.log"
   cp "$WORK/gluon-bench/"*.json "$OUT/" 2>/dev/null
+  ;;
+gluon-profile)
+  # Where the Gluon prefill's time goes against FlashInfer's FA3 at one point (batch PROFILE_B, suffix PROFILE_S):
+  # per-layer times of both Gluon V dtypes (the BF16 cartridge V has no FP8 staging) beside the Triton prefill and
+  # FA3, then Nsight Compute of one launch of each Gluon variant (full set, with per-SASS-line stall sampling) and
+  # of FA3's kernel (speed of light, warp states).
+  {
+    source .gpu/setup.sh >/dev/null 2>&1
+    gpu
+    log "prefill per layer: Gluon K16/V8 and K16/V16, the Triton prefill and FlashInfer's FA3 over shared pages"
+    timeout 200 python3 scripts/bench_attention.py --out "$WORK/gluon-profile" --commit "$commit" --only prefill \
+      --implementations fused-k16v8 fused-k16v8-gluon fused-k16v16-gluon flashinfer-shared-pages-bf16 \
+      --repetitions 20 >"$OUT/gluon-profile-bench.log" 2>&1
+    echo "bench exit $?"
+    grep "|" "$OUT/gluon-profile-bench.log" | tail -n 10
+    b=${PROFILE_B:-16} s=${PROFILE_S:-512}
+    for impl in fused-k16v8-gluon fused-k16v16-gluon; do
+      log "Nsight Compute: $impl at batch $b, suffix $s"
+      timeout 120 ncu --clock-control none --set full --import-source no -k regex:cartridge_prefill_ws \
+        --launch-skip 3 --launch-count 1 -f -o "$WORK/$impl" \
+        python3 scripts/profile_decode.py --kind prefill --batch "$b" --live "$s" --implementation "$impl" \
+        >"$OUT/ncu-$impl.log" 2>&1
+      echo "ncu exit $?"
+      ncu -i "$WORK/$impl.ncu-rep" --page details >"$OUT/ncu-$impl-details.txt" 2>&1
+      ncu -i "$WORK/$impl.ncu-rep" --page source --print-source sass --csv >"$OUT/ncu-$impl-sass.csv" 2>&1
+      gzip -9 -n -f "$OUT/ncu-$impl-sass.csv"
+      grep -E "Duration|Compute \(SM\) Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Issued Ipc" \
+        "$OUT/ncu-$impl-details.txt" | head -n 8
+    done
+    log "Nsight Compute: FlashInfer's FA3 prefill at batch $b, suffix $s"
+    timeout 120 ncu --clock-control none --section SpeedOfLight --section Occupancy --section WarpStateStats \
+      --section ComputeWorkloadAnalysis --section LaunchStats -k regex:'Prefill|prefill|Flash|flash|Fmha|fmha|device_kernel' \
+      --launch-skip 3 --launch-count 1 \
+      python3 scripts/profile_decode.py --kind prefill --batch "$b" --live "$s" \
+      --implementation flashinfer-shared-pages-bf16 >"$OUT/ncu-fa3-details.txt" 2>&1
+    echo "ncu exit $?"
+    grep -E "^  [A-Za-z_]|Duration|Compute \(SM\) Throughput|Achieved Occupancy|Registers Per|Issued Ipc" \
+      "$OUT/ncu-fa3-details.txt" | head -n 10
+  } 2>&1 | tee "$OUT/profile-step.log"
+  cp "$WORK/gluon-profile/"*.json "$OUT/" 2>/dev/null
   ;;
 gluon-perf)
   signed_gate_run gluon-perf gluon-perf-h200 "${GLUON_PERF_TIMEOUT:-540}" \

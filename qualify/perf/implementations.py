@@ -121,6 +121,14 @@ KERNEL_SET = ImplementationSet(
             bytes=_SHARED_K16V8,
         ),
         Implementation(
+            "fused-k16v16-gluon",
+            "the Gluon prefill with a BF16 cartridge V: no FP8 V staging in shared memory, so beside fused-k16v8-gluon "
+            "it prices that staging (prefill only, Triton 3.6)",
+            frozenset({"ttft_proxy_ms"}),
+            builder=f"{_KERNELS}:build_fused_k16v16_gluon",
+            bytes=_SHARED_BF16,
+        ),
+        Implementation(
             "fused-k16v8-cascade",
             "the same K16/V8 decode as a cascade: every request's rows over the cartridge in wide row tiles, then the "
             "fused kernel over the live pages beside it, merging its states at the end (two launches, the second a "

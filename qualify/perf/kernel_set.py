@@ -350,6 +350,10 @@ def build_fused_k16v8_gluon(spec: CellSpec) -> Built:
     return _fused(spec, v_fp8=True, prefill_impl="gluon")
 
 
+def build_fused_k16v16_gluon(spec: CellSpec) -> Built:
+    return _fused(spec, v_fp8=False, prefill_impl="gluon")
+
+
 def build_fused_k16v8_cascade(spec: CellSpec) -> Built:
     return _fused(spec, v_fp8=True, decode_cascade=True)
 

@@ -24,8 +24,9 @@ SHAPE = bm.AttentionShape(num_qo_heads=32, num_kv_heads=8, head_dim=128, cartrid
 def test_registry_lists_choices_on_a_miss_and_refuses_collisions() -> None:
     reg = default_implementations()
     assert reg.get_set("kernel").names() == [
-        "fused-k16v8", "fused-k16v16", "fused-k16v8-gluon", "fused-k16v8-cascade", "flashinfer-inject-bf16",
-        "flashinfer-inject-fp8", "flashinfer-shared-pages-bf16", "fa3-shared-pages-bf16", "flashinfer-cascade-bf16",
+        "fused-k16v8", "fused-k16v16", "fused-k16v8-gluon", "fused-k16v16-gluon", "fused-k16v8-cascade",
+        "flashinfer-inject-bf16", "flashinfer-inject-fp8", "flashinfer-shared-pages-bf16", "fa3-shared-pages-bf16",
+        "flashinfer-cascade-bf16",
     ]  # fmt: skip
     assert [s.name for s in reg] == ["engine", "kernel", "serving"]
     with pytest.raises(KeyError, match="choices: engine, kernel, serving"):
