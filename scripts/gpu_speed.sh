@@ -37,10 +37,10 @@
 #        gates/perf.yaml's FA3 shared-page item with Nsight Compute counters of both sides, beside the numerics
 #        envelope cells of its shape, in one signed run
 #   bash scripts/gpu_speed.sh gluon              (carry .gpu) the Gluon prefill (issue 17 item 2): one launch per
-#        smoke variant (scripts/gluon_smoke.py, each under a timeout), with GLUON_TESTS=1 its offline builds and GPU
-#        tests, then gates/gpu/numerics_gluon.yaml with the Triton kernel's padding-key cells (signed) and `qualify
-#        mutants mutation/cartridge_attn_gluon.yaml` (signed) side by side, only if everything before passed
-#        (GLUON_GATES=0 stops before them)
+#        smoke variant (scripts/gluon_smoke.py, each under a timeout), with GLUON_TESTS=1 its GPU tests (and with
+#        GLUON_OFFLINE=1 its offline builds), then gates/gpu/numerics_gluon.yaml with the Triton kernel's
+#        padding-key cells (signed) and `qualify mutants mutation/cartridge_attn_gluon.yaml` (signed) side by side,
+#        only if everything before passed (GLUON_GATES=0 stops before them; GLUON_SMOKE=0 skips the smoke)
 #   bash scripts/gpu_speed.sh gluon-bench COMMIT (carry .gpu) prefill per layer of the Triton and Gluon kernels
 #        beside FlashInfer's FA3 over shared pages (bench_attention.py, L2 cold, CUDA graphs); GLUON_SWEEP=1 then
 #        sweeps the Gluon prefill's tile shapes and ring depths (bench_attention.py --tune --prefill-impls gluon)
@@ -232,7 +232,8 @@ gluon)
     gpu
     log "Gluon prefill: one launch per smoke variant, each under a timeout (a hang costs one variant)"
     bad=0
-    for v in $(python3 scripts/gluon_smoke.py --list); do
+    [ "${GLUON_SMOKE:-1}" = 1 ] && smoke=$(python3 scripts/gluon_smoke.py --list) || smoke=""
+    for v in $smoke; do
       timeout 75 python3 scripts/gluon_smoke.py --variant "$v" >"$WORK/smoke-$v.log" 2>&1
       rc=$?
       tail -n 1 "$WORK/smoke-$v.log" | cut -c1-220
@@ -241,9 +242,13 @@ gluon)
       [ "$rc" -eq 124 ] && { echo "smoke: $v timed out; the other variants are not tried"; break; }
     done
     if [ "${GLUON_TESTS:-0}" = 1 ]; then
-      log "offline builds and GPU tests"
-      timeout 220 python3 -m pytest tests/gluon tests/kernels/test_gluon_prefill_gpu.py -q -rs -n 8 \
-        -p no:cacheprovider >"$OUT/gluon-tests.log" 2>&1 || bad=1
+      # The offline builds (tests/gluon, ~3 min) also run on the CPU host (`nox -s gluon`): GLUON_OFFLINE=1 adds them.
+      offline=""
+      [ "${GLUON_OFFLINE:-0}" = 1 ] && offline=tests/gluon
+      log "GPU tests ${offline:+and offline builds}"
+      # shellcheck disable=SC2086
+      timeout 220 python3 -m pytest $offline tests/kernels/test_gluon_prefill_gpu.py \
+        tests/kernels/test_gluon_api.py -q -rs -n 8 -p no:cacheprovider >"$OUT/gluon-tests.log" 2>&1 || bad=1
       grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gluon-tests.log" | tail -n 20
     fi
     if [ "$bad" -eq 0 ] && [ "${GLUON_GATES:-1}" = 1 ]; then

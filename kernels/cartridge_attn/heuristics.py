@@ -156,6 +156,11 @@ CASCADE_ROWS: tuple[int, ...] = (16, 32, 64, 128)  # the rows per tile a cascade
 CASCADE_SPLITS_MAX = 16  # ... and its most cartridge ranges per row tile
 CASCADE_BLOCK_N = 64  # its keys per tile
 PREFILL_GRID_SMS = GPU_SMS  # fewer 128-row tiles x KV heads than this: prefill drops to 64-row tiles
+# The Gluon prefill drops to 64-row tiles (one consumer warpgroup) only below half of that: two consumers over 128
+# rows keep the tensor cores busier than twice the programs (H100 sweep, results/2026-12-06-gluon-overlap-h100:
+# batch 1, 512-token suffixes, 128 programs: 31.3 us with 128 rows, 44.8 with 64; 128 tokens, 32 programs: 23.3
+# against 19.2).
+GLUON_PREFILL_GRID_SMS = GPU_SMS // 2
 
 
 def _pow2_at_least(x: int) -> int:
@@ -323,12 +328,13 @@ def prefill_config(
     """Prefill configuration; the defaults follow the H200 sweep recorded in results/2026-11-29-kernel-h200/.
 
     ``rows`` (total query rows, i.e. query tokens x group) and ``num_kv_heads`` let the default drop to
-    64-row tiles when 128-row tiles would leave most of the 132 SMs idle. ``impl="gluon"`` gives the Gluon
-    kernel's configuration (not swept on a GPU yet): 128 x 128 tiles over a 2-stage ring at head_dim 128
+    64-row tiles when 128-row tiles would leave SMs idle (for the Gluon kernel, half of them). ``impl="gluon"``
+    gives the Gluon kernel's configuration: 128 x 128 tiles over a 2-stage ring at head_dim 128
     (3 stages at 64), one consumer warpgroup per 64 rows; 64-key tiles where the V bit widths (cartridge, live)
     would need more shared memory than SM90 has.
     """
-    small_grid = rows is not None and num_kv_heads is not None and (rows // 128) * num_kv_heads < PREFILL_GRID_SMS
+    grid_sms = GLUON_PREFILL_GRID_SMS if impl == "gluon" else PREFILL_GRID_SMS
+    small_grid = rows is not None and num_kv_heads is not None and (rows // 128) * num_kv_heads < grid_sms
     if block_m is None:
         block_m = 64 if small_grid else 128
     if impl == "gluon":

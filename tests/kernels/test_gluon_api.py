@@ -40,8 +40,13 @@ def test_configurations_say_what_they_are() -> None:
     assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.impl) == (128, 128, 4, 2, "gluon")
     assert cfg.tag == "m128n128r1w4s2gl" and not prefill_config(4, 128).tag.endswith("gl")
     assert prefill_config(4, 64, impl="gluon").num_stages == 3
-    # Small grids take one consumer warpgroup, as the Triton prefill takes 64-row tiles.
+    # Small grids take one consumer warpgroup, as the Triton prefill takes 64-row tiles, but only below half the
+    # SMs: 128 programs of 128 rows keep 128 rows (the Triton prefill drops to 64 there).
     assert prefill_config(4, 128, rows=64 * 4, num_kv_heads=8, impl="gluon").block_m == 64
+    assert prefill_config(4, 128, rows=512 * 4, num_kv_heads=8, impl="gluon").block_m == 128
+    assert prefill_config(4, 128, rows=512 * 4, num_kv_heads=8).block_m == 64
+    assert prefill_config(4, 128, rows=288 * 4, num_kv_heads=8, impl="gluon").block_m == 128
+    assert prefill_config(4, 128, rows=256 * 4, num_kv_heads=8, impl="gluon").block_m == 64
     for bad in ({"num_warps": 8}, {"block_n": 32}, {"num_stages": 1}, {"splits": 2}, {"cartridge_tma": True}):
         with pytest.raises(ValueError, match="gluon prefill"):
             dataclasses.replace(cfg, **bad)
