@@ -324,16 +324,22 @@ def _walk(
         _release(k_empty.index(s))
         p, m_new, l_i, alpha = _softmax(scores, m_i, l_i, t * BLOCK_N, limit, t >= n_full, v_scale, qk_scale,
                                         SCALE_P, BLOCK_N)  # fmt: skip
-        # Tile t's V is readied before the PV wait, not after: ptxas hoists that wait to the top of the basic
-        # block holding the softmax (no softmax overlapped the PV in the SASS), and the V stage's mbarrier wait loop
-        # is a block boundary it does not cross. Its stage is not the one the PV in flight reads (s != prev).
-        conv_n = _prepare_v(i, conv_n, v_ring, st_ring, v_ready, conv, t * BLOCK_N, valid_end,
-                            wg, STAGE, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES)  # fmt: skip
+        if CONSUMERS == 2:
+            # Tile t's V is readied before the PV wait, not after: ptxas hoists that wait to the top of the basic
+            # block holding the softmax (no softmax overlapped the PV in the SASS), and the V stage's mbarrier wait
+            # loop is a block boundary it does not cross. Its stage is not the one the PV in flight reads
+            # (s != prev). A lone consumer on 232 registers spills in its loop that way (92 bytes against 52), so
+            # it keeps the order below.
+            conv_n = _prepare_v(i, conv_n, v_ring, st_ring, v_ready, conv, t * BLOCK_N, valid_end,
+                                wg, STAGE, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES)  # fmt: skip
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         _release(v_empty.index(prev))
         p_op = _operand(p, pv_ring.dtype, o_layout)
         acc = _rescale(acc, alpha, o_layout)
         m_i = m_new
+        if CONSUMERS == 1:
+            conv_n = _prepare_v(i, conv_n, v_ring, st_ring, v_ready, conv, t * BLOCK_N, valid_end,
+                                wg, STAGE, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES)  # fmt: skip
 
     last = (i0 + n - 1) % STAGES
     acc = warpgroup_mma(p_op, pv_ring.index(last), acc, is_async=True)

@@ -124,11 +124,15 @@ def _exp2_between_the_waits(cubin: bytes, tmp: Path) -> list[int]:
 @pytest.mark.parametrize("variant", VARIANTS, ids=_ids)
 def test_the_softmax_runs_while_the_pv_wgmma_does(variant: tuple, tmp_path: Path) -> None:
     # ptxas hoists the PV wait to the top of the softmax's basic block unless a block boundary (the V stage's
-    # mbarrier wait loop) lies between them (results/2026-12-05-gluon-pipelined-build: no overlap before).
+    # mbarrier wait loop) lies between them (results/2026-12-05-gluon-pipelined-build: no overlap before). Two
+    # consumers (128-row tiles) overlap; a lone one keeps the wait first, which spills less.
     _, built = _build(variant)
     counts = _exp2_between_the_waits(built.asm["cubin"], tmp_path)
     assert counts, "no pipelined step in the SASS"
-    assert all(n > 0 for n in counts), counts
+    if variant[0] == 128:
+        assert all(n > 0 for n in counts), counts
+    else:
+        assert not any(counts), counts
 
 
 def test_a_ring_over_shared_memory_is_refused_by_the_estimate() -> None:
