@@ -19,12 +19,14 @@ the Triton kernel (Nsight Compute of both against FA3, results/2026-12-04-decode
   A K stage is released once its QK^T is done, a tile before the V stage, so the producer refills K early.
   The first version (results/2026-12-05-gluon-prefill-h200) waited for each wgmma and stalled on it.
 
-A 16-bit V stage feeds the PV wgmma directly. An FP8 stage is converted to FP16 in shared memory first (exact,
-one instruction per pair; P is then FP16, as in the Triton kernel): each warpgroup converts its half of the
-rows after the tile's softmax, and the halves meet at a "converted" barrier before the next step issues the PV.
-The live suffix's last tile is ragged: its slots past the request's ``kv_len`` hold whatever the cache holds
-there (NaN included), and P = 0 times NaN is NaN, so those V rows are zeroed in shared memory the same way (a
-TMA box cannot be masked).
+**A stager** (two warps in the producer's warpgroup, which would otherwise sit idle) readies every V stage for
+the PV wgmma, so the consumers never wait for each other. A 16-bit V stage is passed on as loaded. An FP8 stage is
+converted to FP16 in shared memory first (exact, one instruction per pair; P is then FP16, as in the Triton kernel).
+The live suffix's last tile is ragged: its slots past the request's ``kv_len`` hold whatever the cache holds there
+(NaN included), and P = 0 times NaN is NaN, so those V rows are zeroed in shared memory the same way (a TMA box
+cannot be masked). Each V stage thus has a "staged" barrier besides its "ready" one. The first version had the two
+consumers convert half a tile each and meet at a barrier every tile. That cost about a fifth of the kernel against
+a BF16 V (results/2026-12-06-gluon-overlap-h100).
 
 Buffers: K ``[STAGES, BLOCK_N, D]``; cartridge V in its dtype; live V in its dtype (the same ring when the two
 dtypes agree); FP16 staging for converted FP8 (the live V ring itself when live V is 16-bit: a stage's live
@@ -45,7 +47,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 ROWS_PER_CONSUMER = gl.constexpr(64)  # one warpgroup's wgmma rows (M = 64 per warpgroup on SM90)
 PRODUCER_WARPS = gl.constexpr(1)
-PRODUCER_REGISTERS = gl.constexpr(24)  # the producer holds scalars only: setmaxnreg's floor
+STAGER_WARPS = gl.constexpr(2)  # beside the producer warp, in the warpgroup it would otherwise leave idle
+# Registers of that warpgroup (producer and stager alike): what the consumers leave of the CTA's budget. Two
+# consumers on 224 registers leave 56; one consumer, the launch's default partition, keeps 216 when they take 40.
+# No partition spills in the stager's loop at these counts (offline builds, tests/gluon).
+AUX_REGISTERS_TWO_CONSUMERS = gl.constexpr(56)
+AUX_REGISTERS_ONE_CONSUMER = gl.constexpr(40)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -62,11 +69,11 @@ def _out_layout(head_dim):
 
 
 @gluon.constexpr_function
-def _rows_layout(head_dim, elem_bits):
+def _rows_layout(head_dim, elem_bits, warps=4):
     # 16-byte vectors along D, the rest of the warp along rows.
     per_thread = 128 // elem_bits
     across = head_dim // per_thread
-    return gl.BlockedLayout([1, per_thread], [32 // across, across], [4, 1], [1, 0])
+    return gl.BlockedLayout([1, per_thread], [32 // across, across], [warps, 1], [1, 0])
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -144,74 +151,80 @@ def _producer(
 
 
 # ---------------------------------------------------------------------------------------------------
-# Consumer: one warpgroup, 64 rows.
+# Stager: STAGER_WARPS warps ready every V stage for the PV wgmma, so the consumers never meet.
 # ---------------------------------------------------------------------------------------------------
 @gluon.jit
-def _stage_v(
+def _stage_tile(
     src,
     dst,
-    conv,
-    conv_n,
     first_pos,
     valid_end,
-    wg: gl.constexpr,
-    CONSUMERS: gl.constexpr,
     BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr,
+    STAGER_WARPS: gl.constexpr,
 ):
-    """This warpgroup's share of a V stage, converted to ``dst``'s dtype with rows at positions >= valid_end
-    zeroed; returns once every consumer's share is in shared memory."""
-    SHARE: gl.constexpr = BLOCK_N // CONSUMERS
-    lay: gl.constexpr = _rows_layout(HEAD_DIM, src.dtype.primitive_bitwidth)
-    x = src.slice(wg * SHARE, SHARE).load(lay)
-    pos = first_pos + wg * SHARE + gl.arange(0, SHARE, gl.SliceLayout(1, lay))
-    x = gl.where((pos < valid_end)[:, None], x.to(dst.dtype), 0.0)
-    if src.dtype == dst.dtype:
-        out_lay: gl.constexpr = lay
-    else:
-        out_lay: gl.constexpr = _rows_layout(HEAD_DIM, dst.dtype.primitive_bitwidth)
-    dst.slice(wg * SHARE, SHARE).store(gl.convert_layout(x, out_lay))
-    # Generic-proxy stores, read next by the wgmma's async proxy; then this warpgroup's share is complete.
-    fence_async_shared()
-    gl.thread_barrier()  # bar.sync over this partition's warps only
-    bar = conv.index(conv_n % 2)
-    mbarrier.arrive(bar, count=1)
-    mbarrier.wait(bar, (conv_n // 2) & 1)
-    return conv_n + 1
+    """A V stage into ``dst``'s dtype with rows at positions >= valid_end zeroed, a chunk of rows at a time (FP8 is
+    loaded 8 bytes to a thread, in the 16-bit layout, so it is stored as converted with no layout change)."""
+    lay: gl.constexpr = _rows_layout(HEAD_DIM, 16, STAGER_WARPS)
+    ROWS: gl.constexpr = 16 * STAGER_WARPS // (HEAD_DIM // 64)
+    for r in gl.static_range(0, BLOCK_N, ROWS):
+        x = src.slice(r, ROWS).load(lay)
+        pos = first_pos + r + gl.arange(0, ROWS, gl.SliceLayout(1, lay))
+        dst.slice(r, ROWS).store(gl.where((pos < valid_end)[:, None], x.to(dst.dtype), 0.0))
 
 
 @gluon.jit
-def _prepare_v(
-    i,
-    conv_n,
-    v_ring,
-    st_ring,
-    v_ready,
-    conv,
-    first_pos,
-    valid_end,
-    wg: gl.constexpr,
-    STAGE: gl.constexpr,  # 0: V as loaded; 1: FP8 converted into st_ring; 2: zero past valid_end in place if ragged
-    CONSUMERS: gl.constexpr,
+def _stager(
+    rings,
+    bars,
+    walk,
+    CV_FP8: gl.constexpr,
+    LV_FP8: gl.constexpr,
     BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr,
     STAGES: gl.constexpr,
+    STAGER_WARPS: gl.constexpr,
 ):
-    """Waits for tile i's V and readies it for the PV wgmma, which the next tile's step issues. Writing the stage
-    is safe: its "ready" barrier completed only after the producer found it released by both consumers, each
-    after its PV wgmma of the tile STAGES back."""
-    s = i % STAGES
-    mbarrier.wait(v_ready.index(s), (i // STAGES) & 1)
-    if STAGE == 1:
-        conv_n = _stage_v(v_ring.index(s), st_ring.index(s), conv, conv_n, first_pos, valid_end,
-                          wg, CONSUMERS, BLOCK_N, HEAD_DIM)  # fmt: skip
-    elif STAGE == 2:
-        v = v_ring.index(s)
-        if first_pos + BLOCK_N > valid_end:
-            conv_n = _stage_v(v, v, conv, conv_n, first_pos, valid_end, wg, CONSUMERS, BLOCK_N, HEAD_DIM)
-    return conv_n
+    """Relays tile i's V from "ready" (its copies landed) to "staged" (the PV wgmma may read it), in tile order:
+    FP8 values are converted to FP16 into the staging ring (the cartridge's box is zero-filled past T_c, and its
+    rows are zeroed from T_c on as well); a 16-bit live tile that runs past the request's end has those rows zeroed
+    in place (the cache's free slots may hold NaN, and P = 0 times NaN is NaN); other tiles pass as loaded. Writing
+    the staging ring is safe: tile i's "ready" completed only after every consumer released the stage's previous
+    tile, after its PV wgmma."""
+    cv_ring, lv_ring, st_ring = rings
+    v_ready, staged = bars
+    cart_len, n_live, kv_len = walk
+    n_cart = gl.cdiv(cart_len, BLOCK_N)
+    for i in range(n_cart):
+        s = i % STAGES
+        mbarrier.wait(v_ready.index(s), (i // STAGES) & 1)
+        if CV_FP8:
+            _stage_tile(cv_ring.index(s), st_ring.index(s), i * BLOCK_N, cart_len, BLOCK_N, HEAD_DIM, STAGER_WARPS)
+        _hand_over(staged.index(s))
+    for t in range(n_live):
+        i = n_cart + t
+        s = i % STAGES
+        mbarrier.wait(v_ready.index(s), (i // STAGES) & 1)
+        if LV_FP8:
+            _stage_tile(lv_ring.index(s), st_ring.index(s), t * BLOCK_N, kv_len, BLOCK_N, HEAD_DIM, STAGER_WARPS)
+        elif t * BLOCK_N + BLOCK_N > kv_len:
+            v = lv_ring.index(s)
+            _stage_tile(v, v, t * BLOCK_N, kv_len, BLOCK_N, HEAD_DIM, STAGER_WARPS)
+        _hand_over(staged.index(s))
 
 
+@gluon.jit
+def _hand_over(bar):
+    # Generic-proxy stores, read next by the wgmma's async proxy; every warp of the stager has stored its rows
+    # before the one arrival.
+    fence_async_shared()
+    gl.thread_barrier()
+    mbarrier.arrive(bar, count=1)
+
+
+# ---------------------------------------------------------------------------------------------------
+# Consumer: one warpgroup, 64 rows.
+# ---------------------------------------------------------------------------------------------------
 @gluon.jit
 def _release(bar):
     # Every warp of the warpgroup has passed its wgmma wait before the one arrival that counts this consumer.
@@ -267,7 +280,6 @@ def _walk(
     i0,
     n,
     n_full,
-    conv_n,
     acc,
     m_i,
     l_i,
@@ -277,11 +289,9 @@ def _walk(
     st_ring,
     bars,
     limit,
-    valid_end,
     v_scale,
     qk_scale,
-    wg: gl.constexpr,
-    STAGE: gl.constexpr,
+    FROM_STAGING: gl.constexpr,
     SCALE_P: gl.constexpr,
     CONSUMERS: gl.constexpr,
     BLOCK_N: gl.constexpr,
@@ -292,12 +302,13 @@ def _walk(
 
     Software-pipelined within the warpgroup: tile t's QK^T wgmma and tile t - 1's PV wgmma are issued together,
     and tile t's softmax runs while the PV wgmma does. K stages are released as soon as their QK^T is done, V
-    stages once their PV is.
+    stages once their PV is. The PV reads V from the staging ring (FP8 converted by the stager) when
+    FROM_STAGING, else from the ring it was loaded into.
     """
-    k_ready, k_empty, v_ready, v_empty, conv = bars
+    k_ready, k_empty, staged, v_empty = bars
     s_layout: gl.constexpr = _score_layout(BLOCK_N)
     o_layout: gl.constexpr = _out_layout(HEAD_DIM)
-    pv_ring = st_ring if STAGE == 1 else v_ring
+    pv_ring = st_ring if FROM_STAGING else v_ring
     zeros = gl.zeros([ROWS_PER_CONSUMER, BLOCK_N], gl.float32, s_layout)
 
     # Tile 0: nothing to overlap with.
@@ -309,8 +320,7 @@ def _walk(
     p, m_i, l_i, alpha = _softmax(scores, m_i, l_i, 0, limit, n_full == 0, v_scale, qk_scale, SCALE_P, BLOCK_N)
     p_op = _operand(p, pv_ring.dtype, o_layout)
     acc = _rescale(acc, alpha, o_layout)
-    conv_n = _prepare_v(i0, conv_n, v_ring, st_ring, v_ready, conv, 0, valid_end,
-                        wg, STAGE, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES)  # fmt: skip
+    mbarrier.wait(staged.index(s), (i0 // STAGES) & 1)
 
     for t in range(1, n):
         i = i0 + t
@@ -324,28 +334,21 @@ def _walk(
         _release(k_empty.index(s))
         p, m_new, l_i, alpha = _softmax(scores, m_i, l_i, t * BLOCK_N, limit, t >= n_full, v_scale, qk_scale,
                                         SCALE_P, BLOCK_N)  # fmt: skip
-        if CONSUMERS == 2:
-            # Tile t's V is readied before the PV wait, not after: ptxas hoists that wait to the top of the basic
-            # block holding the softmax (no softmax overlapped the PV in the SASS), and the V stage's mbarrier wait
-            # loop is a block boundary it does not cross. Its stage is not the one the PV in flight reads
-            # (s != prev). A lone consumer on 232 registers spills in its loop that way (92 bytes against 52), so
-            # it keeps the order below.
-            conv_n = _prepare_v(i, conv_n, v_ring, st_ring, v_ready, conv, t * BLOCK_N, valid_end,
-                                wg, STAGE, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES)  # fmt: skip
+        # Waiting for tile t's staged V before the PV wait, not after, keeps the softmax overlapping the PV: ptxas
+        # hoists that wait to the top of the basic block holding the softmax, and an mbarrier wait loop is a block
+        # boundary it does not cross. Its stage is not the one the PV in flight reads (s != prev).
+        mbarrier.wait(staged.index(s), (i // STAGES) & 1)
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
         _release(v_empty.index(prev))
         p_op = _operand(p, pv_ring.dtype, o_layout)
         acc = _rescale(acc, alpha, o_layout)
         m_i = m_new
-        if CONSUMERS == 1:
-            conv_n = _prepare_v(i, conv_n, v_ring, st_ring, v_ready, conv, t * BLOCK_N, valid_end,
-                                wg, STAGE, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES)  # fmt: skip
 
     last = (i0 + n - 1) % STAGES
     acc = warpgroup_mma(p_op, pv_ring.index(last), acc, is_async=True)
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     _release(v_empty.index(last))
-    return acc, m_i, l_i, conv_n
+    return acc, m_i, l_i
 
 
 @gluon.jit
@@ -399,31 +402,28 @@ def _consumer(
     m_i = gl.full([M], float("-inf"), gl.float32, gl.SliceLayout(1, s_layout))
     l_i = gl.zeros([M], gl.float32, gl.SliceLayout(1, s_layout))
     acc = gl.zeros([M, HEAD_DIM], gl.float32, o_layout)
-    conv_n = 0
 
     # ---- cartridge: full tiles, then the ragged one (its box is zero-filled past T_c) ----
     n_cart = gl.cdiv(cart_len, BLOCK_N)
     cart_limit = cart_len - 1 + tok_s * 0
-    acc, m_i, l_i, conv_n = _walk(
-        0, n_cart, cart_len // BLOCK_N, conv_n, acc, m_i, l_i, q_smem, k_ring, cv_ring, st_ring, bars, cart_limit,
-        cart_len, 1.0, qk_scale, wg, 1 if CV_FP8 else 0, False, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
+    acc, m_i, l_i = _walk(
+        0, n_cart, cart_len // BLOCK_N, acc, m_i, l_i, q_smem, k_ring, cv_ring, st_ring, bars, cart_limit,
+        1.0, qk_scale, CV_FP8, False, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
     )  # fmt: skip
     # The cartridge's per-head V scale is constant over the cartridge: applied once to the accumulator.
     if CV_FP8:
         acc = acc * gl.load(cv_scale_ptr + kvh)
 
     # ---- live suffix: tiles every row of this warpgroup sees in full, then masked ones ----
-    # Which tiles are staged must agree between the consumers (they meet at the "converted" barrier): FP8 live V
-    # stages every tile; 16-bit live V only the ragged one, decided from kv_len, the same for both.
     lv_scale = gl.load(lv_scale_ptr + kvh)
     # Capped at kv_len so that a full tile is never the ragged one (a warpgroup of padding rows sees past q_len).
     n_live_full = gl.minimum(gl.minimum(gl.maximum(live_all, 0), kv_len) // BLOCK_N, n_live)
     # The plan guarantees a live token per request (kv_len >= q_len >= 1); a block table from an engine that broke
     # that promise must not leave a consumer waiting for a tile the producer never loads.
     if n_live > 0:
-        acc, m_i, l_i, conv_n = _walk(
-            n_cart, n_live, n_live_full, conv_n, acc, m_i, l_i, q_smem, k_ring, lv_ring, st_ring, bars, limit,
-            kv_len, lv_scale, qk_scale, wg, 1 if LV_FP8 else 2, LV_FP8, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
+        acc, m_i, l_i = _walk(
+            n_cart, n_live, n_live_full, acc, m_i, l_i, q_smem, k_ring, lv_ring, st_ring, bars, limit,
+            lv_scale, qk_scale, LV_FP8, LV_FP8, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
         )  # fmt: skip
 
     out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
@@ -508,14 +508,14 @@ def cartridge_prefill_ws_kernel(
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     v_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    conv = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    # V stages pass through the stager: "ready" (copies landed) to "staged" (readable by the PV wgmma).
+    staged = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     for s in gl.static_range(STAGES):
         mbarrier.init(k_ready.index(s), count=1)
         mbarrier.init(k_empty.index(s), count=CONSUMERS)
         mbarrier.init(v_ready.index(s), count=1)
         mbarrier.init(v_empty.index(s), count=CONSUMERS)
-    for c in gl.static_range(2):
-        mbarrier.init(conv.index(c), count=CONSUMERS)
+        mbarrier.init(staged.index(s), count=1)
 
     # Bytes a K or V stage's "ready" barrier expects: one tile, cartridge box or BLOCK_N // PAGE pages.
     K_BYTES: gl.constexpr = BLOCK_N * HEAD_DIM * ck_desc.dtype.primitive_bitwidth // 8
@@ -523,11 +523,12 @@ def cartridge_prefill_ws_kernel(
     LK_BYTES: gl.constexpr = BLOCK_N * HEAD_DIM * lk_desc.dtype.primitive_bitwidth // 8
     LV_BYTES: gl.constexpr = BLOCK_N * HEAD_DIM * lv_desc.dtype.primitive_bitwidth // 8
     rings = (k_ring, cv_ring, lv_ring, st_ring)
-    bars = (k_ready, k_empty, v_ready, v_empty, conv)
+    bars = (k_ready, k_empty, staged, v_empty)
     io = (q_ptr, o_ptr, cv_scale_ptr, lv_scale_ptr)
     tile = (rows0, q_start, q_len, kv_len, cart_len, n_live, kvh, qk_scale)
     strides = (stride_qt, stride_qh, stride_ot, stride_oh)
     walk = (page0, n_pages, cart_len, n_live, kvh, page_rows)
+    stager_walk = (cart_len, n_live, kv_len)
     # Constexprs are written out in each partition's arguments: through a tuple variable they would become values.
     if CONSUMERS == 2:
         gl.warp_specialize(
@@ -539,9 +540,11 @@ def cartridge_prefill_ws_kernel(
                 (_producer, ((ck_desc, cv_desc, lk_desc, lv_desc), (k_ring, cv_ring, lv_ring),
                              (k_ready, k_empty, v_ready, v_empty), kv_indices_ptr, walk,
                              BLOCK_N, HEAD_DIM, PAGE, STAGES, K_BYTES, CV_BYTES, LK_BYTES, LV_BYTES)),
+                (_stager, ((cv_ring, lv_ring, st_ring), (v_ready, staged), stager_walk,
+                           CV_FP8, LV_FP8, BLOCK_N, HEAD_DIM, STAGES, STAGER_WARPS)),
             ],
-            [4, PRODUCER_WARPS],
-            [CONSUMER_REGISTERS, PRODUCER_REGISTERS],
+            [4, PRODUCER_WARPS, STAGER_WARPS],
+            [CONSUMER_REGISTERS, AUX_REGISTERS_TWO_CONSUMERS, AUX_REGISTERS_TWO_CONSUMERS],
         )  # fmt: skip
     else:
         gl.warp_specialize(
@@ -551,7 +554,9 @@ def cartridge_prefill_ws_kernel(
                 (_producer, ((ck_desc, cv_desc, lk_desc, lv_desc), (k_ring, cv_ring, lv_ring),
                              (k_ready, k_empty, v_ready, v_empty), kv_indices_ptr, walk,
                              BLOCK_N, HEAD_DIM, PAGE, STAGES, K_BYTES, CV_BYTES, LK_BYTES, LV_BYTES)),
+                (_stager, ((cv_ring, lv_ring, st_ring), (v_ready, staged), stager_walk,
+                           CV_FP8, LV_FP8, BLOCK_N, HEAD_DIM, STAGES, STAGER_WARPS)),
             ],
-            [PRODUCER_WARPS],
-            [PRODUCER_REGISTERS],
+            [PRODUCER_WARPS, STAGER_WARPS],
+            [AUX_REGISTERS_ONE_CONSUMER, AUX_REGISTERS_ONE_CONSUMER],
         )  # fmt: skip

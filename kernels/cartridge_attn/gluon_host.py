@@ -22,11 +22,11 @@ if TYPE_CHECKING:
 __all__ = ["GLUON_TRITON", "compile_offline", "descriptors", "gluon_problem", "launch", "launch_options"]
 
 GLUON_TRITON = "3.6"  # the Triton release (major.minor) whose Gluon the kernel is written in
-# Registers per thread at launch: three warpgroups (two consumers, the producer's) share 64 K registers at 168
-# each, then setmaxnreg moves them to the consumers (240 each, the producer keeps 24); with one consumer, two
-# warpgroups at 128.
+# Registers per thread at launch: three warpgroups (two consumers, the producer's and stager's) share 64 K registers
+# at 168 each, then setmaxnreg moves them to the consumers (224 each; the third warpgroup keeps 56,
+# `_gluon_prefill.AUX_REGISTERS_TWO_CONSUMERS`); with one consumer, two warpgroups at 128.
 _MAXNREG = {2: 168, 1: 128}
-_CONSUMER_REGISTERS = 240
+_CONSUMER_REGISTERS = 224
 
 
 def gluon_problem() -> str | None:

@@ -54,14 +54,15 @@ def _ids(v: tuple) -> str:
 
 
 def _local_bytes(cubin: bytes, tmp: Path) -> int:
-    """Local (spill) memory per thread from the cubin's resource usage (Triton's cuobjdump)."""
+    """Local memory per thread from the cubin's resource usage (Triton's cuobjdump): declared local arrays and the
+    stack frame that register spills live in."""
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     path = tmp / "k.cubin"
     path.write_bytes(cubin)
     out = subprocess.run([str(tool), "--dump-resource-usage", str(path)], capture_output=True, text=True, check=True)
-    found = re.search(r"LOCAL:(\d+)", out.stdout)
-    assert found, out.stdout
-    return int(found.group(1))
+    found = {k: int(v) for k, v in re.findall(r"(LOCAL|STACK):(\d+)", out.stdout)}
+    assert set(found) == {"LOCAL", "STACK"}, out.stdout
+    return found["LOCAL"] + found["STACK"]
 
 
 def _build(v: tuple, kernel: Any = None) -> tuple[H.KernelConfig, Any]:
@@ -92,9 +93,11 @@ def test_builds_with_tma_wgmma_and_specialized_warps(variant: tuple, tmp_path: P
     # Every K / V byte arrives by TMA, completing on mbarriers; the producer gives up its registers.
     assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
     assert "mbarrier.try_wait.parity" in ptx
-    assert re.search(r"setmaxnreg\.dec\.sync\.aligned\.u32\s+24;", ptx)
-    if bm == 128:  # two consumer warpgroups, each raised to 240 registers
-        assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+240;", ptx)
+    # The producer and stager's warpgroup gives up registers to the consumers: to 224 each with two.
+    aux = 56 if bm == 128 else 40
+    assert re.search(rf"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+{aux};", ptx)
+    if bm == 128:
+        assert re.search(r"setmaxnreg\.inc\.sync\.aligned\.u32\s+224;", ptx)
     assert _local_bytes(built.asm["cubin"], tmp_path) == 0, "registers spill to local memory"
     # Software pipelining: after issuing a tile's QK^T and the previous tile's PV, a warpgroup waits for one
     # group only (the scores), leaving the PV in flight.
@@ -123,16 +126,12 @@ def _exp2_between_the_waits(cubin: bytes, tmp: Path) -> list[int]:
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_ids)
 def test_the_softmax_runs_while_the_pv_wgmma_does(variant: tuple, tmp_path: Path) -> None:
-    # ptxas hoists the PV wait to the top of the softmax's basic block unless a block boundary (the V stage's
-    # mbarrier wait loop) lies between them (results/2026-12-05-gluon-pipelined-build: no overlap before). Two
-    # consumers (128-row tiles) overlap; a lone one keeps the wait first, which spills less.
+    # ptxas hoists the PV wait to the top of the softmax's basic block unless a block boundary (the staged V's
+    # mbarrier wait loop) lies between them (results/2026-12-05-gluon-pipelined-build: no overlap before).
     _, built = _build(variant)
     counts = _exp2_between_the_waits(built.asm["cubin"], tmp_path)
     assert counts, "no pipelined step in the SASS"
-    if variant[0] == 128:
-        assert all(n > 0 for n in counts), counts
-    else:
-        assert not any(counts), counts
+    assert all(n > 0 for n in counts), counts
 
 
 def test_a_ring_over_shared_memory_is_refused_by_the_estimate() -> None:

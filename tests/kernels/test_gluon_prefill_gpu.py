@@ -96,6 +96,5 @@ def test_wrapper_default_and_identity() -> None:
     assert not torch.isnan(out).any()
     ident = kernel_identity(attn)
     assert ident["kernel"] == "cartridge_prefill_ws_kernel" and ident["source_file"] == "_gluon_prefill.py"
-    # The pipelined kernel's producer warp runs on 24 registers and spills a few scalars (a 24-byte stack frame,
-    # results/2026-12-05-gluon-pipelined-build), outside every consumer loop; more would be a new spill.
-    assert ident["config"]["impl"] == "gluon" and ident["spills"] <= 6 and ident["shared_bytes"] > 0
+    # No partition spills: the producer and stager's warpgroup has the registers the consumers leave (56 or 40).
+    assert ident["config"]["impl"] == "gluon" and ident["spills"] == 0 and ident["shared_bytes"] > 0
