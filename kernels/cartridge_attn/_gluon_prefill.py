@@ -293,7 +293,6 @@ def _walk(
     qk_scale,
     FROM_STAGING: gl.constexpr,
     SCALE_P: gl.constexpr,
-    CONSUMERS: gl.constexpr,
     BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr,
     STAGES: gl.constexpr,
@@ -364,7 +363,6 @@ def _consumer(
     HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,
-    CONSUMERS: gl.constexpr,
     CAUSAL: gl.constexpr,
     CV_FP8: gl.constexpr,
     LV_FP8: gl.constexpr,
@@ -408,7 +406,7 @@ def _consumer(
     cart_limit = cart_len - 1 + tok_s * 0
     acc, m_i, l_i = _walk(
         0, n_cart, cart_len // BLOCK_N, acc, m_i, l_i, q_smem, k_ring, cv_ring, st_ring, bars, cart_limit,
-        1.0, qk_scale, CV_FP8, False, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
+        1.0, qk_scale, CV_FP8, False, BLOCK_N, HEAD_DIM, STAGES,
     )  # fmt: skip
     # The cartridge's per-head V scale is constant over the cartridge: applied once to the accumulator.
     if CV_FP8:
@@ -423,7 +421,7 @@ def _consumer(
     if n_live > 0:
         acc, m_i, l_i = _walk(
             n_cart, n_live, n_live_full, acc, m_i, l_i, q_smem, k_ring, lv_ring, st_ring, bars, limit,
-            lv_scale, qk_scale, LV_FP8, LV_FP8, CONSUMERS, BLOCK_N, HEAD_DIM, STAGES,
+            lv_scale, qk_scale, LV_FP8, LV_FP8, BLOCK_N, HEAD_DIM, STAGES,
         )  # fmt: skip
 
     out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
@@ -534,9 +532,9 @@ def cartridge_prefill_ws_kernel(
         gl.warp_specialize(
             [
                 (_consumer, (0, io, rings, bars, q_ring, tile, strides,
-                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, CV_FP8, LV_FP8)),
+                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, CV_FP8, LV_FP8)),
                 (_consumer, (1, io, rings, bars, q_ring, tile, strides,
-                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, CV_FP8, LV_FP8)),
+                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, CV_FP8, LV_FP8)),
                 (_producer, ((ck_desc, cv_desc, lk_desc, lv_desc), (k_ring, cv_ring, lv_ring),
                              (k_ready, k_empty, v_ready, v_empty), kv_indices_ptr, walk,
                              BLOCK_N, HEAD_DIM, PAGE, STAGES, K_BYTES, CV_BYTES, LK_BYTES, LV_BYTES)),
@@ -550,7 +548,7 @@ def cartridge_prefill_ws_kernel(
         gl.warp_specialize(
             [
                 (_consumer, (0, io, rings, bars, q_ring, tile, strides,
-                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CONSUMERS, CAUSAL, CV_FP8, LV_FP8)),
+                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, CV_FP8, LV_FP8)),
                 (_producer, ((ck_desc, cv_desc, lk_desc, lv_desc), (k_ring, cv_ring, lv_ring),
                              (k_ready, k_empty, v_ready, v_empty), kv_indices_ptr, walk,
                              BLOCK_N, HEAD_DIM, PAGE, STAGES, K_BYTES, CV_BYTES, LK_BYTES, LV_BYTES)),

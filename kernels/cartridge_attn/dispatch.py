@@ -161,15 +161,19 @@ def decode_regions(
     return _merge(_merge(cells, "max_live", "batch"), "batch", "max_live")
 
 
-def prefill_regions(group: int, head_dim: int, num_kv_heads: int, max_query_tokens: int) -> list[Region]:
-    # 128-row tiles fill the GPU once (rows // 128) * H_kv reaches the SM count, i.e. from this many rows on.
-    cut = 128 * -(-K.PREFILL_GRID_SMS // num_kv_heads)
+def prefill_regions(
+    group: int, head_dim: int, num_kv_heads: int, max_query_tokens: int, impl: str = "triton"
+) -> list[Region]:
+    """The prefill regions of ``impl``'s default configuration (the dispatch's is the Triton prefill's)."""
+    # 128-row tiles are taken once (rows // 128) * H_kv reaches the implementation's program count, i.e. from this
+    # many rows on.
+    cut = 128 * -(-K.prefill_grid_sms(impl) // num_kv_heads)
     cells = [
         Region(
             "prefill",
             group,
             head_dim,
-            K.prefill_config(group, head_dim, rows=r0, num_kv_heads=num_kv_heads),
+            K.prefill_config(group, head_dim, rows=r0, num_kv_heads=num_kv_heads, impl=impl),
             query_rows=(r0, r1),
             num_kv_heads=num_kv_heads,
         )

@@ -309,6 +309,11 @@ def _decode_walk_config(
     )
 
 
+def prefill_grid_sms(impl: str = "triton") -> int:
+    """Programs of 128-row tiles (x KV heads) below which ``impl``'s default prefill takes 64-row tiles."""
+    return GLUON_PREFILL_GRID_SMS if impl == "gluon" else PREFILL_GRID_SMS
+
+
 def prefill_config(
     group: int,
     head_dim: int,
@@ -333,8 +338,7 @@ def prefill_config(
     (3 stages at 64), one consumer warpgroup per 64 rows; 64-key tiles where the V bit widths (cartridge, live)
     would need more shared memory than SM90 has.
     """
-    grid_sms = GLUON_PREFILL_GRID_SMS if impl == "gluon" else PREFILL_GRID_SMS
-    small_grid = rows is not None and num_kv_heads is not None and (rows // 128) * num_kv_heads < grid_sms
+    small_grid = rows is not None and num_kv_heads is not None and (rows // 128) * num_kv_heads < prefill_grid_sms(impl)
     if block_m is None:
         block_m = 64 if small_grid else 128
     if impl == "gluon":

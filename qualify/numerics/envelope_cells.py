@@ -81,7 +81,8 @@ def envelope_axes(fields: dict[str, Any]) -> dict[str, list[Any]]:
             cells[f"rand{i}-s{env.seed}-b{batch}-l{live}"] = {"live_lens": _ragged_live(batch, live, rng)}
     else:
         kv = int(fields["num_kv_heads"])
-        for region in prefill_regions(group, head_dim, kv, env.max_query_tokens):
+        impl = str(fields.get("prefill_impl", "triton"))
+        for region in prefill_regions(group, head_dim, kv, env.max_query_tokens, impl):
             for edge in region.edge_inputs():
                 tokens = edge["query_tokens"]
                 cells[f"edge-t{tokens}"] = _prefill_batch(tokens, rng)

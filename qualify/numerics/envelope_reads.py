@@ -7,5 +7,5 @@ where the cells would run with it and the envelope would be expanded without it.
 from __future__ import annotations
 
 ENVELOPE_READS: tuple[str, ...] = (
-    "phase", "head_dim", "num_qo_heads", "num_kv_heads", "cartridge", "decode_cascade",
+    "phase", "head_dim", "num_qo_heads", "num_kv_heads", "cartridge", "decode_cascade", "prefill_impl",
 )  # fmt: skip

@@ -152,3 +152,35 @@ def test_lint_keeps_cascade_and_min_batch_to_decode_cells() -> None:
     prefill = KernelNumericsParams.model_validate({**cell, "phase": "prefill", "decode_cascade": False,
                                                    "envelope": {"min_batch": 16}})  # fmt: skip
     assert [i.field for i in lint(prefill, None)] == [("decode_cascade",), ("envelope", "min_batch")]
+
+
+def test_the_gluon_envelope_straddles_the_gluon_tile_switch() -> None:
+    # The Gluon prefill keeps 128-row tiles down to half the SMs' programs (9 tiles per KV head: 1,152 rows = 288
+    # tokens of group 4), not the Triton prefill's 544 tokens: its envelope's edges are its own.
+    path = Path(__file__).parents[2] / "gates" / "gpu" / "numerics_gluon.yaml"
+    items = [i for i in compile_gate_file(path, default_registry()).items
+             if i.gate_id == "gluon-envelope-p8" and i.params.live_v == "bf16"]  # fmt: skip
+    assert items and all(i.params.prefill_impl == "gluon" for i in items)
+    tokens = {sum(i.params.batch.q_lens) for i in items}
+    assert {2, 287, 288, 4096} <= tokens and 543 not in tokens
+    blocks = {t: prefill_config(4, 128, rows=t * 4, num_kv_heads=8, impl="gluon").block_m for t in (287, 288)}
+    assert blocks == {287: 64, 288: 128}
+
+
+def test_an_envelope_gate_sets_its_prefill_implementation_itself(tmp_path: Path) -> None:
+    # From `defaults`, the cells would run the Gluon prefill at the Triton prefill's edges.
+    gate = textwrap.dedent("""\
+        - id: e
+          kind: kernel_numerics
+          phase: prefill
+          head_dim: 128
+          num_qo_heads: 32
+          num_kv_heads: 8
+          page_size: 8
+          cartridge: {id: c, length: 632, sink: true}
+          envelope: {max_query_tokens: 1024, random_batches: 1, seed: 3}
+        """)  # fmt: skip
+    path = tmp_path / "g.yaml"
+    path.write_text("suite: s\nversion: 1\ndefaults:\n  prefill_impl: gluon\ngates:\n" + textwrap.indent(gate, "  "))
+    with pytest.raises(GateFileError, match=r"'prefill_impl' is read by the gate's envelope: set it on the gate"):
+        compile_gate_file(path, default_registry())
