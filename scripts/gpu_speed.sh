@@ -232,7 +232,11 @@ gluon)
     gpu
     log "Gluon prefill: one launch per smoke variant, each under a timeout (a hang costs one variant)"
     bad=0
-    [ "${GLUON_SMOKE:-1}" = 1 ] && smoke=$(python3 scripts/gluon_smoke.py --list) || smoke=""
+    smoke=""
+    # A smoke list that cannot be made is a failure, not an empty smoke that lets the gates run.
+    if [ "${GLUON_SMOKE:-1}" = 1 ]; then
+      smoke=$(python3 scripts/gluon_smoke.py --list) || { echo "smoke: no variant list"; bad=1; }
+    fi
     for v in $smoke; do
       timeout 75 python3 scripts/gluon_smoke.py --variant "$v" >"$WORK/smoke-$v.log" 2>&1
       rc=$?
