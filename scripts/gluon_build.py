@@ -49,7 +49,7 @@ def _resources(cubin: bytes) -> dict[str, int]:
 
 
 def describe(name: str, group: int, d: int, page: int, bm: int, q: str, cv: str, lv: str) -> dict:
-    cfg = H.prefill_config(group, d, block_m=bm, impl="gluon", cartridge_v_bits=BITS[cv], live_v_bits=BITS[lv])
+    cfg = H.prefill_config(group, d, block_m=bm, impl="gluon", live_v_bits=BITS[lv])
     built = compile_offline(cfg, group=group, head_dim=d, page_size=page, q_dtype=q, cartridge_v_dtype=cv,
                             live_v_dtype=lv)  # fmt: skip
     ptx = built.asm["ptx"]
@@ -59,7 +59,7 @@ def describe(name: str, group: int, d: int, page: int, bm: int, q: str, cv: str,
         "variant": name,
         "config": cfg.tag,
         "shared_bytes": built.metadata.shared,
-        "shared_estimate": H.gluon_shared_bytes(cfg, d, BITS[cv], BITS[lv]),
+        "shared_estimate": H.gluon_shared_bytes(cfg, d, BITS[lv]),
         "launch_registers": res.get("REG"),
         "local_bytes": res.get("LOCAL"),
         "setmaxnreg": sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+);", ptx))),

@@ -48,8 +48,7 @@ def main() -> int:
                         cartridge_len=cart, dtype=dt[qd], cartridge_v_dtype=dt[cv], live_v_dtype=dt[lv],
                         device=dev)  # fmt: skip
     pr.poison_free_slots()
-    bits = {"cartridge_v_bits": dt[cv].itemsize * 8, "live_v_bits": dt[lv].itemsize * 8}
-    cfg = prefill_config(g, d, block_m=bm, impl="gluon", **bits)
+    cfg = prefill_config(g, d, block_m=bm, impl="gluon", live_v_bits=dt[lv].itemsize * 8)
     attn = CartridgeAttention()
     attn.plan(*pr.page_table(), config=cfg, causal=causal, device=dev, **pr.plan_kwargs())
     outs = []

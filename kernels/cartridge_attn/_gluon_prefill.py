@@ -19,18 +19,22 @@ the Triton kernel (Nsight Compute of both against FA3, results/2026-12-04-decode
   A K stage is released once its QK^T is done, a tile before the V stage, so the producer refills K early.
   The first version (results/2026-12-05-gluon-prefill-h200) waited for each wgmma and stalled on it.
 
-**A stager** (two warps in the producer's warpgroup, which would otherwise sit idle) readies every V stage for
-the PV wgmma, so the consumers never wait for each other. A 16-bit V stage is passed on as loaded. An FP8 stage is
-converted to FP16 in shared memory first (exact, one instruction per pair; P is then FP16, as in the Triton kernel).
-The live suffix's last tile is ragged: its slots past the request's ``kv_len`` hold whatever the cache holds there
-(NaN included), and P = 0 times NaN is NaN, so those V rows are zeroed in shared memory the same way (a TMA box
-cannot be masked). Each V stage thus has a "staged" barrier besides its "ready" one. The first version had the two
-consumers convert half a tile each and meet at a barrier every tile. That cost about a fifth of the kernel against
-a BF16 V (results/2026-12-06-gluon-overlap-h100).
+**An FP8 cartridge arrives as its exact FP16 expansion** (`gluon_host.CartridgeV16`, made once per cartridge; the
+per-head scale is applied to the accumulator, so P is FP16 there, as in the Triton kernel): no cartridge tile is
+converted in the kernel. Converting them in every program had cost about a fifth of the kernel against a 16-bit
+cartridge (results/2026-12-06-gluon-overlap-h100; results/2026-12-06-gluon-expansion-h100 measures the change).
 
-Buffers: K ``[STAGES, BLOCK_N, D]``; cartridge V in its dtype; live V in its dtype (the same ring when the two
-dtypes agree); FP16 staging for converted FP8 (the live V ring itself when live V is 16-bit: a stage's live
-buffer is idle while the stage holds a cartridge tile, and its release covers both).
+**A stager** (two warps in the producer's warpgroup, which would otherwise sit idle) readies every V stage for
+the PV wgmma, so the consumers never wait for each other. A 16-bit V stage is passed on as loaded. An FP8 live
+stage is converted to FP16 in shared memory first (exact, one instruction per pair; P is then FP16). The live
+suffix's last tile is ragged: its slots past the request's ``kv_len`` hold whatever the cache holds there (NaN
+included), and P = 0 times NaN is NaN, so those V rows are zeroed in shared memory the same way (a TMA box cannot
+be masked). Each V stage thus has a "staged" barrier besides its "ready" one. The first version had the two
+consumers convert half a tile each and meet at a barrier every tile.
+
+Buffers: K ``[STAGES, BLOCK_N, D]``; one 16-bit V ring ``[STAGES, BLOCK_N, D]`` whose stage holds whatever tile
+the stage does (a cartridge tile, a 16-bit live tile, or the FP16 staging of an FP8 live tile); an FP8 live V
+ring when live values are FP8.
 """
 
 from __future__ import annotations
@@ -178,7 +182,6 @@ def _stager(
     rings,
     bars,
     walk,
-    CV_FP8: gl.constexpr,
     LV_FP8: gl.constexpr,
     BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr,
@@ -186,20 +189,18 @@ def _stager(
     STAGER_WARPS: gl.constexpr,
 ):
     """Relays tile i's V from "ready" (its copies landed) to "staged" (the PV wgmma may read it), in tile order:
-    FP8 values are converted to FP16 into the staging ring (the cartridge's box is zero-filled past T_c, and its
-    rows are zeroed from T_c on as well); a 16-bit live tile that runs past the request's end has those rows zeroed
-    in place (the cache's free slots may hold NaN, and P = 0 times NaN is NaN); other tiles pass as loaded. Writing
-    the staging ring is safe: tile i's "ready" completed only after every consumer released the stage's previous
-    tile, after its PV wgmma."""
-    cv_ring, lv_ring, st_ring = rings
+    FP8 live values are converted to FP16 into the staging ring (rows past the request's end zeroed); a 16-bit live
+    tile that runs past the request's end has those rows zeroed in place (the cache's free slots may hold NaN, and
+    P = 0 times NaN is NaN); cartridge tiles (16-bit, their box zero-filled past T_c) and other live tiles pass as
+    loaded. Writing the staging ring is safe: tile i's "ready" completed only after every consumer released the
+    stage's previous tile, after its PV wgmma, and the staging ring's stage is idle while it holds a live tile."""
+    lv_ring, st_ring = rings
     v_ready, staged = bars
     cart_len, n_live, kv_len = walk
     n_cart = gl.cdiv(cart_len, BLOCK_N)
     for i in range(n_cart):
         s = i % STAGES
         mbarrier.wait(v_ready.index(s), (i // STAGES) & 1)
-        if CV_FP8:
-            _stage_tile(cv_ring.index(s), st_ring.index(s), i * BLOCK_N, cart_len, BLOCK_N, HEAD_DIM, STAGER_WARPS)
         _hand_over(staged.index(s))
     for t in range(n_live):
         i = n_cart + t
@@ -364,7 +365,7 @@ def _consumer(
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,
     CAUSAL: gl.constexpr,
-    CV_FP8: gl.constexpr,
+    CV_SCALE: gl.constexpr,
     LV_FP8: gl.constexpr,
 ):
     q_ptr, o_ptr, cv_scale_ptr, lv_scale_ptr = io
@@ -406,10 +407,11 @@ def _consumer(
     cart_limit = cart_len - 1 + tok_s * 0
     acc, m_i, l_i = _walk(
         0, n_cart, cart_len // BLOCK_N, acc, m_i, l_i, q_smem, k_ring, cv_ring, st_ring, bars, cart_limit,
-        1.0, qk_scale, CV_FP8, False, BLOCK_N, HEAD_DIM, STAGES,
+        1.0, qk_scale, False, False, BLOCK_N, HEAD_DIM, STAGES,
     )  # fmt: skip
-    # The cartridge's per-head V scale is constant over the cartridge: applied once to the accumulator.
-    if CV_FP8:
+    # An FP8 cartridge's per-head V scale is constant over the cartridge: applied once to the accumulator (its
+    # values arrive as their exact FP16 expansion, unscaled).
+    if CV_SCALE:
         acc = acc * gl.load(cv_scale_ptr + kvh)
 
     # ---- live suffix: tiles every row of this warpgroup sees in full, then masked ones ----
@@ -466,13 +468,16 @@ def cartridge_prefill_ws_kernel(
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,
     CAUSAL: gl.constexpr,
+    CV_SCALE: gl.constexpr,
     CONSUMER_REGISTERS: gl.constexpr,
 ):
     pid = gl.program_id(0)
     kvh = gl.program_id(1)
     CONSUMERS: gl.constexpr = BLOCK_M // ROWS_PER_CONSUMER
-    CV_FP8: gl.constexpr = cv_desc.dtype.primitive_bitwidth == 8
     LV_FP8: gl.constexpr = lv_desc.dtype.primitive_bitwidth == 8
+    # The host hands an FP8 cartridge's values over as their exact FP16 expansion (`gluon_host.CartridgeV16`),
+    # with CV_SCALE set: no cartridge tile is converted in the kernel.
+    gl.static_assert(cv_desc.dtype.primitive_bitwidth == 16, "cartridge V must be 16-bit (FP8 is expanded)")
 
     req = gl.load(tile_req_ptr + pid)
     rows0 = gl.load(tile_row_ptr + pid)
@@ -488,19 +493,19 @@ def cartridge_prefill_ws_kernel(
     n_live = gl.cdiv(live_end, BLOCK_N)
     n_pages = gl.cdiv(kv_len, PAGE)
 
-    # Shared memory. Q and the staging ring are 16-bit [rows, D] like K, so they take K's swizzled layout.
+    # Shared memory. Q and every 16-bit V buffer are [rows, D] like K, so they take K's swizzled layout. One 16-bit
+    # V ring serves a stage whatever tile it holds: a cartridge tile, a 16-bit live tile (another dtype is the same
+    # bytes reinterpreted), or the FP16 staging of an FP8 live tile, whose FP8 copy lands in a ring of its own.
     k_lay: gl.constexpr = ck_desc.layout
     q_ring = gl.allocate_shared_memory(ck_desc.dtype, [CONSUMERS, ROWS_PER_CONSUMER, HEAD_DIM], k_lay)
     k_ring = gl.allocate_shared_memory(ck_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], k_lay)
     cv_ring = gl.allocate_shared_memory(cv_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], cv_desc.layout)
-    if cv_desc.dtype == lv_desc.dtype:
-        lv_ring = cv_ring
-    else:
-        lv_ring = gl.allocate_shared_memory(lv_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], lv_desc.layout)
     if LV_FP8:
-        st_ring = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_N, HEAD_DIM], k_lay)
+        lv_ring = gl.allocate_shared_memory(lv_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], lv_desc.layout)
+        st_ring = cv_ring._reinterpret(gl.float16, [STAGES, BLOCK_N, HEAD_DIM], k_lay)
     else:
-        st_ring = lv_ring._reinterpret(gl.float16, [STAGES, BLOCK_N, HEAD_DIM], k_lay)
+        lv_ring = cv_ring._reinterpret(lv_desc.dtype, [STAGES, BLOCK_N, HEAD_DIM], lv_desc.layout)
+        st_ring = lv_ring
     # K and V stages are filled and released apart: a K stage is free once its QK^T is done, a tile before its V.
     k_ready = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     k_empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
@@ -532,14 +537,14 @@ def cartridge_prefill_ws_kernel(
         gl.warp_specialize(
             [
                 (_consumer, (0, io, rings, bars, q_ring, tile, strides,
-                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, CV_FP8, LV_FP8)),
+                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, CV_SCALE, LV_FP8)),
                 (_consumer, (1, io, rings, bars, q_ring, tile, strides,
-                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, CV_FP8, LV_FP8)),
+                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, CV_SCALE, LV_FP8)),
                 (_producer, ((ck_desc, cv_desc, lk_desc, lv_desc), (k_ring, cv_ring, lv_ring),
                              (k_ready, k_empty, v_ready, v_empty), kv_indices_ptr, walk,
                              BLOCK_N, HEAD_DIM, PAGE, STAGES, K_BYTES, CV_BYTES, LK_BYTES, LV_BYTES)),
-                (_stager, ((cv_ring, lv_ring, st_ring), (v_ready, staged), stager_walk,
-                           CV_FP8, LV_FP8, BLOCK_N, HEAD_DIM, STAGES, STAGER_WARPS)),
+                (_stager, ((lv_ring, st_ring), (v_ready, staged), stager_walk,
+                           LV_FP8, BLOCK_N, HEAD_DIM, STAGES, STAGER_WARPS)),
             ],
             [4, PRODUCER_WARPS, STAGER_WARPS],
             [CONSUMER_REGISTERS, AUX_REGISTERS_TWO_CONSUMERS, AUX_REGISTERS_TWO_CONSUMERS],
@@ -548,12 +553,12 @@ def cartridge_prefill_ws_kernel(
         gl.warp_specialize(
             [
                 (_consumer, (0, io, rings, bars, q_ring, tile, strides,
-                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, CV_FP8, LV_FP8)),
+                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, CV_SCALE, LV_FP8)),
                 (_producer, ((ck_desc, cv_desc, lk_desc, lv_desc), (k_ring, cv_ring, lv_ring),
                              (k_ready, k_empty, v_ready, v_empty), kv_indices_ptr, walk,
                              BLOCK_N, HEAD_DIM, PAGE, STAGES, K_BYTES, CV_BYTES, LK_BYTES, LV_BYTES)),
-                (_stager, ((cv_ring, lv_ring, st_ring), (v_ready, staged), stager_walk,
-                           CV_FP8, LV_FP8, BLOCK_N, HEAD_DIM, STAGES, STAGER_WARPS)),
+                (_stager, ((lv_ring, st_ring), (v_ready, staged), stager_walk,
+                           LV_FP8, BLOCK_N, HEAD_DIM, STAGES, STAGER_WARPS)),
             ],
             [PRODUCER_WARPS, STAGER_WARPS],
             [AUX_REGISTERS_ONE_CONSUMER, AUX_REGISTERS_ONE_CONSUMER],

@@ -22,6 +22,7 @@ import torch
 from . import _kernel as K
 from ._cascade import cartridge_cascade_kernel
 from .errors import NotPlannedError, UnsupportedArchitectureError, UnsupportedLayoutError
+from .gluon_host import CartridgeV16
 from .launch import DirectLaunches, pointer_specialization
 from .paging import split_combined_kv
 from .workspace import DecodeWorkspace
@@ -318,16 +319,10 @@ def _prefill_tiles(
     )
 
 
-def _v_bits(cartridge_v_dtype: torch.dtype, live_v_dtype: torch.dtype) -> dict[str, int]:
-    """The V bit widths a Gluon configuration's shared memory depends on, as `prefill_config` takes them."""
-    return {"cartridge_v_bits": cartridge_v_dtype.itemsize * 8, "live_v_bits": live_v_dtype.itemsize * 8}
-
-
 def _check_gluon(
     cfg: K.KernelConfig,
     mode: str,
     head_dim: int,
-    cartridge_v_dtype: torch.dtype,
     live_v_dtype: torch.dtype,
     dev: torch.device,
 ) -> None:
@@ -339,11 +334,11 @@ def _check_gluon(
 
     if mode != "prefill":
         raise UnsupportedLayoutError("config impl", "'triton' in decode (the Gluon kernel is prefill only)", cfg.impl)
-    need = K.gluon_shared_bytes(cfg, head_dim, **_v_bits(cartridge_v_dtype, live_v_dtype))
+    need = K.gluon_shared_bytes(cfg, head_dim, live_v_dtype.itemsize * 8)
     if need > K.SM90_SHARED_BYTES:
         raise UnsupportedLayoutError(
             f"gluon config {cfg.tag} shared memory", f"<= {K.SM90_SHARED_BYTES} bytes (fewer stages or block_n 64)",
-            f"{need} bytes for {_dtype_name(cartridge_v_dtype)} cartridge / {_dtype_name(live_v_dtype)} live values",
+            f"{need} bytes for {_dtype_name(live_v_dtype)} live values",
         )  # fmt: skip
     if dev.type != "cuda" or K.INTERPRETED:
         where = "the Triton interpreter" if K.INTERPRETED else str(dev)
@@ -378,6 +373,8 @@ class CartridgeAttention:
         self.prefill_impl = prefill_impl
         self.decode_cascade = decode_cascade
         self._plan: Plan | None = None
+        # FP16 expansions of FP8 cartridge values for the Gluon prefill, made once per cartridge.
+        self._cartridge_v16 = CartridgeV16()
         self._ones: dict[tuple[torch.device, int], torch.Tensor] = {}
         self.last_compiled: Any = None
         self.last_cascade_compiled: Any = None  # a decode cascade's first launch (`_cascade`), else None
@@ -541,10 +538,10 @@ class CartridgeAttention:
             else:
                 config = K.prefill_config(
                     group, head_dim, rows=int(qo[-1]) * group, num_kv_heads=num_kv_heads, impl=self.prefill_impl,
-                    **_v_bits(cartridge_v_dtype, live_v_dtype),
+                    live_v_bits=live_v_dtype.itemsize * 8,
                 )  # fmt: skip
         self._check_config(config, mode, group)
-        _check_gluon(config, mode, head_dim, cartridge_v_dtype, live_v_dtype, dev)
+        _check_gluon(config, mode, head_dim, live_v_dtype, dev)
 
         i32 = {"dtype": torch.int32, "device": dev}
         tensors = {
@@ -693,10 +690,10 @@ class CartridgeAttention:
         else:
             config = K.prefill_config(
                 group, head_dim, rows=sum(query_lens) * group, num_kv_heads=num_kv_heads, impl=self.prefill_impl,
-                **_v_bits(cartridge_v_dtype, live_v_dtype),
+                live_v_bits=live_v_dtype.itemsize * 8,
             )  # fmt: skip
         self._check_config(config, mode, group)
-        _check_gluon(config, mode, head_dim, cartridge_v_dtype, live_v_dtype, dev)
+        _check_gluon(config, mode, head_dim, live_v_dtype, dev)
         i32 = {"dtype": torch.int32, "device": dev}
         row = block_table.stride(0)
         if workspace is not None and workspace.device != dev:
@@ -929,16 +926,21 @@ class CartridgeAttention:
         if cfg.impl == "gluon":
             from . import gluon_host
 
-            key = ("gluon", cfg.block_n, p.page_size)
+            cart_v, scaled = layer.cartridge_v, layer.cartridge_v.dtype == K.FP8_DTYPE
+            if scaled:
+                cart_v = self._cartridge_v16.get(cart_v)
+            # Keyed by the expansion's address too: a cartridge dropped from the cache and seen again is expanded
+            # anew, elsewhere.
+            key = ("gluon", cfg.block_n, p.page_size, cart_v.data_ptr())
             if key not in layer.descriptors:
                 layer.descriptors[key] = gluon_host.descriptors(
-                    layer.cartridge_k, layer.cartridge_v, layer.live_k, layer.live_v, cfg.block_n, p.page_size
+                    layer.cartridge_k, cart_v, layer.live_k, layer.live_v, cfg.block_n, p.page_size
                 )
             self.last_compiled = gluon_host.launch(
                 cfg, p.grid, group=p.num_qo_heads // p.num_kv_heads, head_dim=p.head_dim, page_size=p.page_size,
                 causal=p.causal, cartridge_len=p.cartridge_len, qk_scale=qk_scale, q=q, out=out,
                 descs=layer.descriptors[key], cartridge_v_scale=layer.cartridge_v_scale,
-                live_v_scale=layer.live_v_scale, plan_tensors=p.tensors,
+                live_v_scale=layer.live_v_scale, plan_tensors=p.tensors, cartridge_v_scaled=scaled,
             )  # fmt: skip
             return out
         t = p.tensors

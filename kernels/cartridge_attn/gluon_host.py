@@ -1,4 +1,5 @@
-"""Host side of the Gluon prefill (`_gluon_prefill`): availability, TMA descriptors, launch and offline builds.
+"""Host side of the Gluon prefill (`_gluon_prefill`): availability, the FP16 expansion of FP8 cartridge values, TMA
+descriptors, launch and offline builds.
 
 The kernel is written against Triton 3.6's Gluon, the Triton that torch 2.11 and vLLM 0.26 install on the GPU
 hosts. Gluon is experimental and its API moves between releases (3.9 renamed the TMA copies and the CTA barrier),
@@ -11,6 +12,8 @@ nothing.
 
 from __future__ import annotations
 
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import heuristics as H
@@ -19,7 +22,15 @@ from .errors import UnsupportedLayoutError
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["GLUON_TRITON", "compile_offline", "descriptors", "gluon_problem", "launch", "launch_options"]
+__all__ = [
+    "GLUON_TRITON",
+    "CartridgeV16",
+    "compile_offline",
+    "descriptors",
+    "gluon_problem",
+    "launch",
+    "launch_options",
+]
 
 GLUON_TRITON = "3.6"  # the Triton release (major.minor) whose Gluon the kernel is written in
 # Registers per thread at launch: three warpgroups (two consumers, the producer's and stager's) share 64 K registers
@@ -41,6 +52,60 @@ def gluon_problem() -> str | None:
     if ".".join(version.split(".")[:2]) != GLUON_TRITON:
         return f"the Gluon prefill is written for Triton {GLUON_TRITON}.x's Gluon; this is Triton {version}"
     return None
+
+
+@dataclass
+class _Expansion:
+    source: torch.Tensor  # held, so that no other tensor takes its address while the entry lives
+    version: int
+    fp16: torch.Tensor
+
+
+class CartridgeV16:
+    """Exact FP16 expansions of FP8 (e4m3) cartridge values: the Gluon prefill reads these in place of the FP8 ones.
+
+    Every e4m3 value is an FP16 value, and the per-head scale stays out of it (the kernel applies it to the
+    accumulator, as before), so the output is bitwise what converting each cartridge tile in the kernel gave. That
+    conversion cost every program of every launch about a fifth of its time; this costs one conversion per
+    cartridge and 2 bytes per cartridge value on the device (1.3 MB a layer for Qwen3-8B's 632 positions; decode
+    still reads the FP8 values).
+
+    One expansion per source tensor (device, address, shape, strides), kept while the cache lives, the least
+    recently used dropped past ``capacity``. It is remade in place, at the same address, when torch's version
+    counter of the source moves (any in-place write through torch, through any view); a write that bypasses torch
+    (a raw kernel on its pointer) is not seen: :meth:`forget` drops every expansion.
+    """
+
+    def __init__(self, capacity: int = 256) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[tuple, _Expansion] = OrderedDict()
+
+    def get(self, values: torch.Tensor) -> torch.Tensor:
+        """The FP16 expansion of ``values`` (FP8 e4m3, any layout), contiguous, up to date with its version."""
+        import torch
+
+        key = (values.device, values.data_ptr(), tuple(values.shape), values.stride())
+        entry = self._entries.get(key)
+        if entry is None:
+            entry = _Expansion(values, values._version, torch.empty(values.shape, dtype=torch.float16,
+                                                                    device=values.device))  # fmt: skip
+            entry.fp16.copy_(values)
+            self._entries[key] = entry
+            if len(self._entries) > self.capacity:
+                self._entries.popitem(last=False)
+        else:
+            self._entries.move_to_end(key)
+            if entry.version != values._version:
+                entry.fp16.copy_(values)
+                entry.version = values._version
+        return entry.fp16
+
+    def forget(self) -> None:
+        """Drop every expansion (the next launch remakes what it needs)."""
+        self._entries.clear()
+
+    def __len__(self) -> int:
+        return len(self._entries)
 
 
 def launch_options(cfg: H.KernelConfig) -> dict[str, int]:
@@ -125,9 +190,11 @@ def launch(
     cartridge_v_scale: torch.Tensor,
     live_v_scale: torch.Tensor,
     plan_tensors: dict[str, torch.Tensor],
+    cartridge_v_scaled: bool,
 ) -> Any:
-    """One launch of the Gluon prefill (``descs`` from :func:`descriptors`, ``plan_tensors`` a plan's device
-    metadata); returns the compiled kernel."""
+    """One launch of the Gluon prefill (``descs`` from :func:`descriptors` over 16-bit cartridge values,
+    ``plan_tensors`` a plan's device metadata); ``cartridge_v_scaled`` when those values are an FP8 cartridge's
+    expansion, whose per-head scale the kernel then applies. Returns the compiled kernel."""
     from ._gluon_prefill import cartridge_prefill_ws_kernel
 
     ck_desc, cv_desc, lk_desc, lv_desc, page_rows = descs
@@ -137,7 +204,8 @@ def launch(
         t["qo_indptr"], t["kv_indptr"], t["kv_indices"], t["kv_len"], t["tile_req"], t["tile_row"],
         cartridge_len, qk_scale, page_rows, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
         GROUP=group, HEAD_DIM=head_dim, PAGE=page_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        STAGES=cfg.num_stages, CAUSAL=causal, CONSUMER_REGISTERS=_CONSUMER_REGISTERS, **launch_options(cfg),
+        STAGES=cfg.num_stages, CAUSAL=causal, CV_SCALE=cartridge_v_scaled, CONSUMER_REGISTERS=_CONSUMER_REGISTERS,
+        **launch_options(cfg),
     )  # fmt: skip
 
 
@@ -162,8 +230,12 @@ def compile_offline(
 ) -> Any:
     """Compile the Gluon prefill for ``sm_<arch>`` (CUDA) without a GPU; returns Triton's CompiledKernel.
 
-    Dtypes are torch names. The signature is what a launch specializes: 32-bit integers and pointers (whose
-    16-byte alignment does not change this kernel's code: its bulk loads are TMA, its pointer loads scalar).
+    Dtypes are torch names; an FP8 cartridge is built as the launch takes it, its FP16 expansion with the scale
+    applied in the kernel (:class:`CartridgeV16`). The signature is what a launch on a serving engine's buffers
+    specializes: 32-bit integers, pointers 16-byte aligned and query / output strides that are multiples of 16
+    elements (heads of 64 or 128), which let the query loads take 16-byte vectors (unaligned, they are built as
+    2-byte loads); the lengths (``cart_len``, ``page_rows``) are left unspecialized, as they are where they are not
+    multiples of 16.
     ``kernel`` replaces the shipped kernel function (a mutant's, loaded from its copy of the source).
     """
     import triton
@@ -183,9 +255,11 @@ def compile_offline(
         return f"tensordesc<{name}[{rows}, {head_dim}],{layout!r}>"
 
     q = _SIG_DTYPES[q_dtype]
+    scaled = cartridge_v_dtype == "float8_e4m3fn"
+    cv_launched = "float16" if scaled else cartridge_v_dtype
     sig = {
         "q_ptr": f"*{q}", "o_ptr": f"*{q}",
-        "ck_desc": desc(q_dtype, cfg.block_n), "cv_desc": desc(cartridge_v_dtype, cfg.block_n),
+        "ck_desc": desc(q_dtype, cfg.block_n), "cv_desc": desc(cv_launched, cfg.block_n),
         "lk_desc": desc(q_dtype, page_size), "lv_desc": desc(live_v_dtype, page_size),
         "cv_scale_ptr": "*fp32", "lv_scale_ptr": "*fp32",
         **{name: "*i32" for name in ("qo_indptr_ptr", "kv_indptr_ptr", "kv_indices_ptr", "kv_len_ptr",
@@ -195,8 +269,11 @@ def compile_offline(
     }  # fmt: skip
     constexprs = {
         "GROUP": group, "HEAD_DIM": head_dim, "PAGE": page_size, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
-        "STAGES": cfg.num_stages, "CAUSAL": causal, "CONSUMER_REGISTERS": _CONSUMER_REGISTERS,
+        "STAGES": cfg.num_stages, "CAUSAL": causal, "CV_SCALE": scaled, "CONSUMER_REGISTERS": _CONSUMER_REGISTERS,
     }  # fmt: skip
     sig.update(dict.fromkeys(constexprs, "constexpr"))
-    src = GluonASTSource(kernel or cartridge_prefill_ws_kernel, sig, constexprs=constexprs)
+    names = list(sig)
+    aligned = [n for n, t in sig.items() if t.startswith("*") or n.startswith("stride_")]
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
+    src = GluonASTSource(kernel or cartridge_prefill_ws_kernel, sig, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 128), options=launch_options(cfg))

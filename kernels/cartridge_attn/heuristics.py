@@ -327,7 +327,6 @@ def prefill_config(
     warp_specialize: bool = False,
     cartridge_tma: bool = False,
     impl: str = "triton",
-    cartridge_v_bits: int = 8,
     live_v_bits: int = 16,
 ) -> KernelConfig:
     """Prefill configuration; the defaults follow the H200 sweep recorded in results/2026-11-29-kernel-h200/.
@@ -335,8 +334,8 @@ def prefill_config(
     ``rows`` (total query rows, i.e. query tokens x group) and ``num_kv_heads`` let the default drop to
     64-row tiles when 128-row tiles would leave SMs idle (for the Gluon kernel, half of them). ``impl="gluon"``
     gives the Gluon kernel's configuration: 128 x 128 tiles over a 2-stage ring at head_dim 128
-    (3 stages at 64), one consumer warpgroup per 64 rows; 64-key tiles where the V bit widths (cartridge, live)
-    would need more shared memory than SM90 has.
+    (3 stages at 64), one consumer warpgroup per 64 rows; 64-key tiles where the live V bit width would need
+    more shared memory than SM90 has (the Gluon kernel's cartridge V is 16-bit whatever the served dtype).
     """
     small_grid = rows is not None and num_kv_heads is not None and (rows // 128) * num_kv_heads < prefill_grid_sms(impl)
     if block_m is None:
@@ -350,7 +349,7 @@ def prefill_config(
             num_stages=num_stages if num_stages is not None else (2 if head_dim == 128 else 3),
             impl="gluon",
         )
-        too_big = gluon_shared_bytes(cfg, head_dim, cartridge_v_bits, live_v_bits) > SM90_SHARED_BYTES
+        too_big = gluon_shared_bytes(cfg, head_dim, live_v_bits) > SM90_SHARED_BYTES
         return replace(cfg, block_n=64) if too_big and block_n is None else cfg
     bm = max(block_m, 16, _pow2_at_least(group))
     if block_n is None:
@@ -369,12 +368,11 @@ def prefill_config(
     )
 
 
-def gluon_shared_bytes(cfg: KernelConfig, head_dim: int, cartridge_v_bits: int, live_v_bits: int) -> int:
-    """Shared memory the Gluon prefill allocates for ``cfg``: Q, the K ring, the cartridge and live V rings (one
-    when their dtypes agree) and an FP16 staging ring when live V is FP8 (else staging reuses the live V ring),
-    plus GLUON_SHARED_SLACK."""
+def gluon_shared_bytes(cfg: KernelConfig, head_dim: int, live_v_bits: int) -> int:
+    """Shared memory the Gluon prefill allocates for ``cfg``: Q, the K ring, one 16-bit V ring (cartridge tiles,
+    16-bit live tiles and the FP16 staging of FP8 live tiles take turns in it) and an FP8 live V ring when live V
+    is FP8, plus GLUON_SHARED_SLACK."""
     ring = cfg.num_stages * cfg.block_n * head_dim
-    live_ring = 0 if live_v_bits == cartridge_v_bits else ring * live_v_bits // 8
-    staging = ring * 2 if live_v_bits == 8 else 0
+    fp8_live = ring if live_v_bits == 8 else 0
     q = cfg.block_m * head_dim * 2
-    return q + ring * 2 + ring * cartridge_v_bits // 8 + live_ring + staging + GLUON_SHARED_SLACK
+    return q + ring * 2 + ring * 2 + fp8_live + GLUON_SHARED_SLACK

@@ -33,7 +33,7 @@ def describe_cell(params: KernelNumericsParams) -> str:
         bits = {"fp8_e4m3": 8, "bf16": 16}
         c = K.prefill_config(
             group, params.head_dim, rows=tokens * group, num_kv_heads=params.num_kv_heads, impl=params.prefill_impl,
-            cartridge_v_bits=bits[params.cartridge_v], live_v_bits=bits[params.live_v],
+            live_v_bits=bits[params.live_v],
         )  # fmt: skip
         where = f"{tokens} query tokens x group {group}, {params.num_kv_heads} KV heads"
     return f"{params.phase} {c.tag} g{group} d{params.head_dim} p{params.page_size} ({where})"

@@ -67,7 +67,7 @@ def _local_bytes(cubin: bytes, tmp: Path) -> int:
 
 def _build(v: tuple, kernel: Any = None) -> tuple[H.KernelConfig, Any]:
     bm, d, g, page, causal, (q, cv, lv) = v
-    cfg = H.prefill_config(g, d, block_m=bm, impl="gluon", cartridge_v_bits=BITS[cv], live_v_bits=BITS[lv])
+    cfg = H.prefill_config(g, d, block_m=bm, impl="gluon", live_v_bits=BITS[lv])
     built = compile_offline(cfg, group=g, head_dim=d, page_size=page, causal=causal, q_dtype=q,
                             cartridge_v_dtype=cv, live_v_dtype=lv, kernel=kernel)  # fmt: skip
     return cfg, built
@@ -80,16 +80,17 @@ def test_builds_with_tma_wgmma_and_specialized_warps(variant: tuple, tmp_path: P
     ptx = built.asm["ptx"]
     assert built.metadata.target.arch == 90
     # The shared-memory estimate the plan refuses by is an upper bound, and a tight one.
-    need = H.gluon_shared_bytes(cfg, d, BITS[cv], BITS[lv])
+    need = H.gluon_shared_bytes(cfg, d, BITS[lv])
     assert built.metadata.shared <= need <= built.metadata.shared + H.GLUON_SHARED_SLACK
     assert need <= H.SM90_SHARED_BYTES
     # QK^T: one wgmma of N = block_n per warpgroup (the Triton kernel's registers allowed N = 32 only).
     assert f"wgmma.mma_async.sync.aligned.m64n{cfg.block_n}k16.f32.{PTX_TYPE[q]}.{PTX_TYPE[q]}" in ptx
-    # PV: FP8 values are staged as FP16 (and P with them); 16-bit values feed the wgmma as loaded.
+    # PV: an FP8 cartridge arrives as its FP16 expansion and FP8 live values are staged as FP16 (P in FP16 with
+    # both); 16-bit values feed the wgmma as loaded. Only FP8 live values are converted in the kernel.
     pv_types = {"f16" if BITS[v] == 8 else PTX_TYPE[q] for v in (cv, lv)}
     for t in pv_types:
         assert f"wgmma.mma_async.sync.aligned.m64n{d}k16.f32.{t}.{t}" in ptx, t
-    assert ("cvt.rn.f16x2.e4m3x2" in ptx) == (8 in (BITS[cv], BITS[lv]))
+    assert ("cvt.rn.f16x2.e4m3x2" in ptx) == (BITS[lv] == 8)
     # Every K / V byte arrives by TMA, completing on mbarriers; the producer gives up its registers.
     assert "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes" in ptx
     assert "mbarrier.try_wait.parity" in ptx
@@ -135,13 +136,12 @@ def test_the_softmax_runs_while_the_pv_wgmma_does(variant: tuple, tmp_path: Path
 
 
 def test_a_ring_over_shared_memory_is_refused_by_the_estimate() -> None:
-    # 16-bit cartridge values with FP8 live ones keep three V rings: 128 x 128 x 2 stages exceed SM90, so the
-    # default drops to 64-key tiles; the refused configuration really is over the limit once compiled.
-    big = H.prefill_config(4, 128, block_n=128, impl="gluon", cartridge_v_bits=16, live_v_bits=8)
-    assert H.gluon_shared_bytes(big, 128, 16, 8) > H.SM90_SHARED_BYTES
-    assert H.prefill_config(4, 128, impl="gluon", cartridge_v_bits=16, live_v_bits=8).block_n == 64
-    built = compile_offline(big, group=4, head_dim=128, page_size=8, cartridge_v_dtype="bfloat16",
-                            live_v_dtype="float8_e4m3fn")  # fmt: skip
+    # FP8 live values keep a ring of their own beside the 16-bit one: 128 x 128 tiles over 3 stages exceed SM90,
+    # so that configuration's default drops to 64-key tiles; the refused one really is over the limit once compiled.
+    big = H.prefill_config(4, 128, block_n=128, num_stages=3, impl="gluon", live_v_bits=8)
+    assert H.gluon_shared_bytes(big, 128, 8) > H.SM90_SHARED_BYTES
+    assert H.prefill_config(4, 128, impl="gluon", num_stages=3, live_v_bits=8).block_n == 64
+    built = compile_offline(big, group=4, head_dim=128, page_size=8, live_v_dtype="float8_e4m3fn")
     assert built.metadata.shared > H.SM90_SHARED_BYTES
 
 

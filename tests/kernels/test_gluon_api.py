@@ -61,10 +61,10 @@ def test_plan_refuses_decode_an_oversized_ring_and_a_host_without_sm90(kernel_de
                                   device=kernel_device, **pr.plan_kwargs())  # fmt: skip
     pr = random_problem([5, 3], [9, 30], cartridge_v_dtype=torch.bfloat16, live_v_dtype=torch.float8_e4m3fn,
                         device=kernel_device, **QWEN)  # fmt: skip
-    big = prefill_config(4, 128, block_n=128, impl="gluon", cartridge_v_bits=16, live_v_bits=8)
+    big = prefill_config(4, 128, block_n=128, num_stages=3, impl="gluon", live_v_bits=8)
     with pytest.raises(UnsupportedLayoutError, match=r"shared memory.*fewer stages or block_n 64"):
         CartridgeAttention().plan(*pr.page_table(), config=big, device=kernel_device, **pr.plan_kwargs())
-    # The default for these dtypes fits (64-key tiles): an SM90 host with Triton 3.6 plans it, any other refuses.
+    # The default for these dtypes fits: an SM90 host with Triton 3.6 plans it, any other refuses.
     gluon = CartridgeAttention(prefill_impl="gluon")
     if _runs_gluon(kernel_device):
         assert gluon.plan(*pr.page_table(), device=kernel_device, **pr.plan_kwargs()).config.impl == "gluon"
@@ -98,10 +98,14 @@ def test_the_numerics_gate_qualifies_what_the_cell_names() -> None:
 
 def test_the_shared_memory_estimate_grows_with_every_buffer() -> None:
     cfg = prefill_config(4, 128, impl="gluon")
-    base = H.gluon_shared_bytes(cfg, 128, 8, 16)
-    assert H.gluon_shared_bytes(cfg, 128, 16, 16) < base  # one V ring when the dtypes agree
-    assert H.gluon_shared_bytes(dataclasses.replace(cfg, num_stages=3), 128, 8, 16) > base
-    assert H.gluon_shared_bytes(cfg, 64, 8, 16) < base
+    base = H.gluon_shared_bytes(cfg, 128, 16)
+    assert H.gluon_shared_bytes(cfg, 128, 8) > base  # FP8 live values land in a ring of their own
+    assert H.gluon_shared_bytes(dataclasses.replace(cfg, num_stages=3), 128, 16) > base
+    assert H.gluon_shared_bytes(cfg, 64, 16) < base
+    # Deeper rings at head_dim 128 do not fit with FP8 live values: the default drops to 64-key tiles.
+    assert H.gluon_shared_bytes(dataclasses.replace(cfg, num_stages=3), 128, 8) > H.SM90_SHARED_BYTES
+    assert prefill_config(4, 128, impl="gluon", num_stages=3, live_v_bits=8).block_n == 64
+    assert prefill_config(4, 128, impl="gluon", live_v_bits=8).block_n == 128
 
 
 def test_a_gluon_launch_names_its_own_compiled_variant(kernel_device: torch.device) -> None:
@@ -117,3 +121,28 @@ def test_a_gluon_launch_names_its_own_compiled_variant(kernel_device: torch.devi
     assert specialization_of(plan).config.tag == "m128n128r1w4s2"
     assert specialization_of(gluon_plan).key == specialization_of(plan).key + "gl"
     assert specialization_of(gluon_plan).config == gluon_plan.config
+
+
+def test_the_fp16_expansion_of_fp8_cartridge_values_is_exact_and_follows_in_place_writes() -> None:
+    # Every e4m3 bit pattern (NaN included) as cartridge values: the expansion holds the same numbers.
+    every = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).reshape(2, 1, 128)
+    cache = gluon_host.CartridgeV16(capacity=2)
+    wide = cache.get(every)
+    assert wide.dtype == torch.float16 and wide.is_contiguous() and wide.shape == every.shape
+    torch.testing.assert_close(wide.float(), every.float(), rtol=0, atol=0, equal_nan=True)
+    # Seen again unchanged: the same buffer, not recomputed (a poisoned buffer stays poisoned).
+    wide.fill_(float("nan"))
+    assert cache.get(every) is wide and torch.isnan(wide).all()
+    # An in-place write through torch, here through a view, is seen: remade in the same buffer (the TMA
+    # descriptors built over it stay valid).
+    values = (torch.randn(16, 2, 64) * 4).to(torch.float8_e4m3fn)
+    first = cache.get(values)
+    values[3:5].copy_((torch.randn(2, 2, 64) * 4).to(torch.float8_e4m3fn))
+    again = cache.get(values)
+    assert again is first
+    torch.testing.assert_close(again.float(), values.float(), rtol=0, atol=0)
+    # A view of other bytes is another cartridge; past the capacity the least recently used is dropped.
+    assert cache.get(values[8:]) is not first and len(cache) == 2
+    assert cache.get(every) is not wide and len(cache) == 2
+    cache.forget()
+    assert len(cache) == 0

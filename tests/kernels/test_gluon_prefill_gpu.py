@@ -11,7 +11,7 @@ import pytest
 import torch
 from _cartridge_attn_check import assert_matches, run_fused
 from _serving_kernels import poison_unused_slots
-from cartridge_attn import CartridgeAttention, kernel_identity, prefill_config, random_problem
+from cartridge_attn import CartridgeAttention, kernel_identity, prefill_config, random_problem, reference_attention
 from cartridge_attn.gluon_host import gluon_problem
 
 pytestmark = pytest.mark.gpu
@@ -65,9 +65,10 @@ def test_shapes_and_groups(head_dim: int, group: int, causal: bool) -> None:
 def test_fp16_queries_fp8_live_values_and_the_combined_layout() -> None:
     pr = random_problem([3, 40], [50, 40], dtype=FP16, cartridge_v_dtype=FP16, live_v_dtype=V8, device=CUDA, **_qwen())
     poison_unused_slots(pr)
-    # 16-bit cartridge values beside FP8 live ones keep three V rings: 64-key tiles, so that they fit.
-    cfg = prefill_config(4, 128, impl="gluon", cartridge_v_bits=16, live_v_bits=8)
-    assert cfg.block_n == 64
+    # 16-bit cartridge values beside FP8 live ones: the FP8 ring and one 16-bit ring (cartridge tiles and the FP8
+    # tiles' staging take turns in it) fit 128-key tiles.
+    cfg = prefill_config(4, 128, impl="gluon", live_v_bits=8)
+    assert cfg.block_n == 128
     assert_matches(run_fused(pr, config=cfg))
     pr = random_problem([3, 40], [17, 40], combined=True, device=CUDA, **_qwen(page_size=16, cartridge_len=640))
     poison_unused_slots(pr)
@@ -97,6 +98,28 @@ def test_every_staging_path_repeats_bitwise(live_v: torch.dtype) -> None:
     assert_matches(runs[0])
     for again in runs[1:]:
         assert torch.equal(runs[0].out, again.out), "two launches on the same inputs differ: a race in the staging"
+
+
+def test_a_cartridge_written_in_place_is_expanded_anew() -> None:
+    # The FP8 cartridge reaches the kernel as its FP16 expansion, made once per cartridge and kept by the wrapper:
+    # a second run reads the kept one, and a run after an in-place write to the cartridge reads the new values.
+    pr = random_problem([40, 7], [90, 30], device=CUDA, **_qwen())
+    attn = CartridgeAttention(prefill_impl="gluon")
+    attn.plan(*pr.page_table(), device=CUDA, **pr.plan_kwargs())
+
+    def run() -> torch.Tensor:
+        out = torch.full_like(pr.q, float("nan"))
+        attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, out=out, **pr.run_kwargs())
+        torch.cuda.synchronize()
+        ref = reference_attention(pr.q, pr.cartridge_k, pr.cartridge_v, pr.live_k, pr.live_v, *pr.page_table(),
+                                  causal=True, **pr.run_kwargs())  # fmt: skip
+        torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2)
+        return out
+
+    first = run()
+    assert torch.equal(run(), first)
+    pr.cartridge_v[1:300].copy_(torch.randn(299, 8, 128, device=CUDA).to(V8))
+    assert not torch.equal(run(), first)
 
 
 def test_wrapper_default_and_identity() -> None:
