@@ -49,8 +49,8 @@
 #        point (PROFILE_B, PROFILE_S: batch 16, suffix 512 by default), the Gluon ones with per-SASS-line stalls
 #   bash scripts/gpu_speed.sh gluon-perf         (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
 #        .vllm/setup.sh; .gpu set up and vLLM parts 1-2 staged by earlier calls) stages vLLM part 3;
-#        gates/gpu/perf_gluon.yaml (against FA3 over shared pages and the Triton prefill) with the Gluon numerics
-#        envelope cells of its shape in one signed run
+#        gates/gpu/perf_gluon.yaml (against FA3 over shared pages and the Triton prefill) with the numerics
+#        envelope cells of its shape, the Gluon prefill's and the Triton prefill's (both are timed), in one signed run
 # Everything comes back under $OUT (a log per step and one tar.gz of the reports).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -339,8 +339,9 @@ gluon-profile)
   ;;
 gluon-perf)
   signed_gate_run gluon-perf gluon-perf-h200 "${GLUON_PERF_TIMEOUT:-540}" \
-    "Gluon prefill vs FA3 shared pages and the Triton prefill, + Gluon numerics envelope cells" \
-    "gluon-prefill or gluon-envelope-p8" gates/gpu/perf_gluon.yaml gates/gpu/numerics_gluon.yaml
+    "Gluon prefill vs FA3 shared pages and the Triton prefill, + both prefills' numerics envelope cells" \
+    "gluon-prefill or gluon-envelope-p8 or numerics-envelope-prefill" gates/gpu/perf_gluon.yaml \
+    gates/gpu/numerics_gluon.yaml gates/kernel_numerics.yaml
   ;;
 cascade-perf)
   signed_gate_run cascade-perf cascade-perf-h200 "${CASCADE_PERF_TIMEOUT:-540}" \
