@@ -19,7 +19,7 @@ the Triton kernel (Nsight Compute of both against FA3, results/2026-12-04-decode
   A K stage is released once its QK^T is done, a tile before the V stage, so the producer refills K early.
   The first version (results/2026-12-05-gluon-prefill-h200) waited for each wgmma and stalled on it.
 
-**An FP8 cartridge arrives as its exact FP16 expansion** (`gluon_host.CartridgeV16`, made once per cartridge; the
+**An FP8 cartridge arrives as its exact FP16 expansion** (`gluon_host.CartridgeV16`, made once per layer; the
 per-head scale is applied to the accumulator, so P is FP16 there, as in the Triton kernel): no cartridge tile is
 converted in the kernel. Converting them in every program had cost about a fifth of the kernel against a 16-bit
 cartridge (results/2026-12-06-gluon-overlap-h100; results/2026-12-06-gluon-expansion-h100 measures the change).

@@ -130,6 +130,8 @@ class LayerOperands:
     # TMA descriptors by tile height (and, for the Gluon prefill, page size), built on the first launch that needs
     # them (they never change while the operands live).
     descriptors: dict[Any, tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
+    # An FP8 cartridge's FP16 expansion, which the Gluon prefill reads: made at its first launch, once per layer.
+    cartridge_v16: CartridgeV16 = field(default_factory=CartridgeV16, compare=False, repr=False)
 
     def cartridge_descriptors(self, block_n: int) -> tuple[Any, Any]:
         """Host TMA descriptors of the cartridge K and V viewed as ``(T_c, H_kv * D)``, boxes of ``block_n`` rows
@@ -373,8 +375,6 @@ class CartridgeAttention:
         self.prefill_impl = prefill_impl
         self.decode_cascade = decode_cascade
         self._plan: Plan | None = None
-        # FP16 expansions of FP8 cartridge values for the Gluon prefill, made once per cartridge.
-        self._cartridge_v16 = CartridgeV16()
         self._ones: dict[tuple[torch.device, int], torch.Tensor] = {}
         self.last_compiled: Any = None
         self.last_cascade_compiled: Any = None  # a decode cascade's first launch (`_cascade`), else None
@@ -872,7 +872,9 @@ class CartridgeAttention:
         live_v_scale: torch.Tensor | float | None = None,
         out: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Launch the fused kernel once.
+        """Launch the fused kernel once, checking the layer's operands anew (:meth:`check_layer`): a loop over
+        steps keeps them and calls :meth:`run_layer`, as serving does. (With the Gluon prefill over an FP8
+        cartridge, each call here also remakes the cartridge's FP16 expansion.)
 
         Parameters
         ----------
@@ -928,10 +930,9 @@ class CartridgeAttention:
 
             cart_v, scaled = layer.cartridge_v, layer.cartridge_v.dtype == K.FP8_DTYPE
             if scaled:
-                cart_v = self._cartridge_v16.get(cart_v)
-            # Keyed by the expansion's address too: a cartridge dropped from the cache and seen again is expanded
-            # anew, elsewhere.
-            key = ("gluon", cfg.block_n, p.page_size, cart_v.data_ptr())
+                cart_v = layer.cartridge_v16.get(cart_v)
+            # The expansion keeps its address while the operands live (it is remade in place).
+            key = ("gluon", cfg.block_n, p.page_size)
             if key not in layer.descriptors:
                 layer.descriptors[key] = gluon_host.descriptors(
                     layer.cartridge_k, cart_v, layer.live_k, layer.live_v, cfg.block_n, p.page_size

@@ -12,8 +12,6 @@ nothing.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from . import heuristics as H
@@ -54,58 +52,50 @@ def gluon_problem() -> str | None:
     return None
 
 
-@dataclass
-class _Expansion:
-    source: torch.Tensor  # held, so that no other tensor takes its address while the entry lives
-    version: int
-    fp16: torch.Tensor
-
-
 class CartridgeV16:
-    """Exact FP16 expansions of FP8 (e4m3) cartridge values: the Gluon prefill reads these in place of the FP8 ones.
+    """The exact FP16 expansion of one FP8 (e4m3) cartridge V tensor: the Gluon prefill reads it in place of the
+    FP8 values. A layer's operands own one (`api.LayerOperands.cartridge_v16`), so it lives as long as they do and
+    is made once per layer, not once per launch.
 
     Every e4m3 value is an FP16 value, and the per-head scale stays out of it (the kernel applies it to the
     accumulator, as before), so the output is bitwise what converting each cartridge tile in the kernel gave. That
-    conversion cost every program of every launch about a fifth of its time; this costs one conversion per
-    cartridge and 2 bytes per cartridge value on the device (1.3 MB a layer for Qwen3-8B's 632 positions; decode
-    still reads the FP8 values).
+    conversion cost every program of every launch about a fifth of its time; this costs one conversion and 2 bytes
+    per cartridge value on the device (1.3 MB a layer for Qwen3-8B's 632 positions; decode still reads the FP8
+    values).
 
-    One expansion per source tensor (device, address, shape, strides), kept while the cache lives, the least
-    recently used dropped past ``capacity``. It is remade in place, at the same address, when torch's version
-    counter of the source moves (any in-place write through torch, through any view); a write that bypasses torch
-    (a raw kernel on its pointer) is not seen: :meth:`forget` drops every expansion.
+    It is remade in place, at the same address (so TMA descriptors over it stay valid), when torch's version
+    counter of the source moves: any in-place write through torch, through any view. An inference tensor has no
+    version counter, so its expansion is remade at every launch. A write that bypasses torch (a raw kernel on the
+    tensor's pointer) is not seen: check the layer again for fresh operands.
     """
 
-    def __init__(self, capacity: int = 256) -> None:
-        self.capacity = capacity
-        self._entries: OrderedDict[tuple, _Expansion] = OrderedDict()
+    def __init__(self) -> None:
+        self._source: torch.Tensor | None = None  # held, so that no other tensor takes its address meanwhile
+        self._version: int | None = None
+        self._fp16: torch.Tensor | None = None
 
     def get(self, values: torch.Tensor) -> torch.Tensor:
-        """The FP16 expansion of ``values`` (FP8 e4m3, any layout), contiguous, up to date with its version."""
+        """The FP16 expansion of ``values`` (FP8 e4m3, any layout): contiguous and up to date. Another tensor than
+        the last one replaces the expansion."""
         import torch
 
-        key = (values.device, values.data_ptr(), tuple(values.shape), values.stride())
-        entry = self._entries.get(key)
-        if entry is None:
-            entry = _Expansion(values, values._version, torch.empty(values.shape, dtype=torch.float16,
-                                                                    device=values.device))  # fmt: skip
-            entry.fp16.copy_(values)
-            self._entries[key] = entry
-            if len(self._entries) > self.capacity:
-                self._entries.popitem(last=False)
-        else:
-            self._entries.move_to_end(key)
-            if entry.version != values._version:
-                entry.fp16.copy_(values)
-                entry.version = values._version
-        return entry.fp16
+        tracked = not values.is_inference()
+        version = values._version if tracked else None
+        if self._fp16 is None or not _same_tensor(self._source, values):
+            # Not an inference tensor itself, so that a later refresh outside inference mode may write it.
+            with torch.inference_mode(False):
+                self._fp16 = torch.empty(values.shape, dtype=torch.float16, device=values.device)
+            self._source, self._version = values, None
+        if version is None or version != self._version:
+            self._fp16.copy_(values)
+            self._version = version
+        return self._fp16
 
-    def forget(self) -> None:
-        """Drop every expansion (the next launch remakes what it needs)."""
-        self._entries.clear()
 
-    def __len__(self) -> int:
-        return len(self._entries)
+def _same_tensor(a: torch.Tensor | None, b: torch.Tensor) -> bool:
+    """The same elements: ``b`` is ``a`` or a view of the same bytes with the same shape and strides."""
+    return a is not None and (a.device, a.data_ptr(), a.shape, a.stride()) == (b.device, b.data_ptr(), b.shape,
+                                                                                b.stride())  # fmt: skip
 
 
 def launch_options(cfg: H.KernelConfig) -> dict[str, int]:

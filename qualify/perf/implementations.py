@@ -122,8 +122,8 @@ KERNEL_SET = ImplementationSet(
         ),
         Implementation(
             "fused-k16v16-gluon",
-            "the Gluon prefill with a BF16 cartridge V: no FP8 V staging in shared memory, so beside fused-k16v8-gluon "
-            "it prices that staging (prefill only, Triton 3.6)",
+            "the Gluon prefill with a BF16 cartridge V: beside fused-k16v8-gluon (an FP8 cartridge, read as its FP16 "
+            "expansion) it shows what the FP8 cartridge still costs the prefill (prefill only, Triton 3.6)",
             frozenset({"ttft_proxy_ms"}),
             builder=f"{_KERNELS}:build_fused_k16v16_gluon",
             bytes=_SHARED_BF16,

@@ -192,13 +192,20 @@ def _fused(spec: CellSpec, *, v_fp8: bool, prefill_impl: str = "triton", decode_
             }
         )
 
-    def one(i: int) -> Callable[[], object]:
-        lay = sets[i]
-        return lambda: attn.run(
-            lay["q"], lay["cart_k"], lay["cart_v"], lay["live"], cartridge_v_scale=lay["scale"], out=lay["out"]
+    # Each layer's operands are checked once and kept, as serving keeps them (`run_layer`): what they carry across
+    # launches (TMA descriptors, the Gluon prefill's FP16 expansion of an FP8 cartridge) is made once, not timed.
+    operands = [
+        attn.check_layer(
+            lay["cart_k"], lay["cart_v"], lay["live"], cartridge_v_scale=lay["scale"], q=lay["q"], out=lay["out"]
         )
+        for lay in sets
+    ]
 
-    return Built(layer_calls(spec, one), keep=[attn, sets, pt], identity=lambda: ca.kernel_identity(attn))
+    def one(i: int) -> Callable[[], object]:
+        lay, layer = sets[i], operands[i]
+        return lambda: attn.run_layer(lay["q"], layer, lay["out"])
+
+    return Built(layer_calls(spec, one), keep=[attn, sets, operands, pt], identity=lambda: ca.kernel_identity(attn))
 
 
 # -- FlashInfer ---------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ PTX_TYPE = {"bfloat16": "bf16", "float16": "f16"}
 K16V8 = ("bfloat16", "float8_e4m3fn", "bfloat16")  # (q, cartridge V, live V)
 K16V8_LIVE8 = ("bfloat16", "float8_e4m3fn", "float8_e4m3fn")
 K16V16 = ("bfloat16", "bfloat16", "bfloat16")
+K16V16_LIVE8 = ("bfloat16", "bfloat16", "float8_e4m3fn")  # FP8 staging in the BF16 cartridge ring, reinterpreted
 FP16 = ("float16", "float16", "float8_e4m3fn")
 
 # (block_m, head_dim, group, page, causal, dtypes): both consumer counts, both head dims and page sizes, GQA groups
@@ -43,7 +44,7 @@ VARIANTS = [
     (128, 128, 4, 8, True, K16V8), (128, 128, 4, 16, True, K16V8_LIVE8), (128, 128, 4, 8, False, K16V16),
     (64, 128, 4, 8, True, K16V8), (64, 128, 4, 16, True, K16V8_LIVE8), (128, 64, 4, 8, True, K16V8),
     (64, 64, 5, 16, True, K16V8_LIVE8), (128, 128, 3, 8, True, K16V8), (128, 128, 16, 16, False, FP16),
-    (128, 64, 1, 8, True, K16V16),
+    (128, 64, 1, 8, True, K16V16), (128, 128, 4, 16, True, K16V16_LIVE8),
 ]  # fmt: skip
 
 

@@ -126,23 +126,58 @@ def test_a_gluon_launch_names_its_own_compiled_variant(kernel_device: torch.devi
 def test_the_fp16_expansion_of_fp8_cartridge_values_is_exact_and_follows_in_place_writes() -> None:
     # Every e4m3 bit pattern (NaN included) as cartridge values: the expansion holds the same numbers.
     every = torch.arange(256, dtype=torch.uint8).view(torch.float8_e4m3fn).reshape(2, 1, 128)
-    cache = gluon_host.CartridgeV16(capacity=2)
-    wide = cache.get(every)
+    wide = gluon_host.CartridgeV16().get(every)
     assert wide.dtype == torch.float16 and wide.is_contiguous() and wide.shape == every.shape
     torch.testing.assert_close(wide.float(), every.float(), rtol=0, atol=0, equal_nan=True)
-    # Seen again unchanged: the same buffer, not recomputed (a poisoned buffer stays poisoned).
-    wide.fill_(float("nan"))
-    assert cache.get(every) is wide and torch.isnan(wide).all()
-    # An in-place write through torch, here through a view, is seen: remade in the same buffer (the TMA
-    # descriptors built over it stay valid).
+
+    expansion = gluon_host.CartridgeV16()
     values = (torch.randn(16, 2, 64) * 4).to(torch.float8_e4m3fn)
-    first = cache.get(values)
-    values[3:5].copy_((torch.randn(2, 2, 64) * 4).to(torch.float8_e4m3fn))
-    again = cache.get(values)
-    assert again is first
-    torch.testing.assert_close(again.float(), values.float(), rtol=0, atol=0)
-    # A view of other bytes is another cartridge; past the capacity the least recently used is dropped.
-    assert cache.get(values[8:]) is not first and len(cache) == 2
-    assert cache.get(every) is not wide and len(cache) == 2
-    cache.forget()
-    assert len(cache) == 0
+    first = expansion.get(values)
+    # Seen again unchanged, through the same tensor or another view of it: the same buffer, not recomputed (a
+    # poisoned buffer stays poisoned).
+    first.fill_(float("nan"))
+    assert expansion.get(values) is first and expansion.get(values[:]) is first and torch.isnan(first).all()
+    # An in-place write through torch, here through a view, is seen, and twice in a row: remade in the same buffer
+    # (the TMA descriptors built over it stay valid).
+    for rows in (slice(3, 5), slice(9, 10)):
+        values[rows].copy_((torch.randn(values[rows].shape) * 4).to(torch.float8_e4m3fn))
+        assert expansion.get(values) is first
+        torch.testing.assert_close(first.float(), values.float(), rtol=0, atol=0)
+    # Other elements (same address, another shape or strides) replace it.
+    for other in (values[:8], values.transpose(0, 1)):
+        again = expansion.get(other)
+        assert again is not first and again.shape == other.shape
+        torch.testing.assert_close(again.float(), other.float(), rtol=0, atol=0)
+        first = again
+
+
+def test_an_inference_tensor_is_expanded_at_every_launch() -> None:
+    # vLLM runs its forward passes in inference mode: such a tensor has no version counter, so its expansion cannot
+    # know it is current and is remade each time; the expansion itself is an ordinary tensor, which a later refresh
+    # outside inference mode may write.
+    with torch.inference_mode():
+        values = (torch.randn(8, 2, 64) * 4).to(torch.float8_e4m3fn)
+        expansion = gluon_host.CartridgeV16()
+        wide = expansion.get(values)
+        assert not wide.is_inference()
+        values.copy_((torch.randn(8, 2, 64) * 4).to(torch.float8_e4m3fn))
+        assert expansion.get(values) is wide
+        torch.testing.assert_close(wide.float(), values.float(), rtol=0, atol=0)
+    ordinary = (torch.randn(8, 2, 64) * 4).to(torch.float8_e4m3fn)
+    with torch.inference_mode():
+        inside = gluon_host.CartridgeV16()
+        inside.get(ordinary)
+    ordinary.copy_((torch.randn(8, 2, 64) * 4).to(torch.float8_e4m3fn))
+    torch.testing.assert_close(inside.get(ordinary).float(), ordinary.float(), rtol=0, atol=0)
+
+
+def test_each_layers_operands_carry_their_own_expansion(kernel_device: torch.device) -> None:
+    # Serving keeps a layer's operands across steps, and may build a new wrapper per step: the expansion lives with
+    # the operands, so it is made once per layer, whatever wrapper launches them.
+    pr = random_problem([3, 2], [9, 30], device=kernel_device, **QWEN)
+    attn = CartridgeAttention()
+    attn.plan(*pr.page_table(), device=kernel_device, **pr.plan_kwargs())
+    layers = [attn.check_layer(pr.cartridge_k, pr.cartridge_v, pr.paged_kv, **pr.run_kwargs()) for _ in range(2)]
+    made = [layer.cartridge_v16.get(layer.cartridge_v) for layer in layers]
+    assert made[0] is not made[1]
+    assert layers[0].cartridge_v16.get(layers[0].cartridge_v) is made[0]

@@ -37,7 +37,9 @@ def _qwen(page_size: int = 8, head_dim: int = 128, cartridge_len: int = 632, gro
 @pytest.mark.parametrize("block_m", [128, 64])
 @pytest.mark.parametrize("page_size", [8, 16])
 @pytest.mark.parametrize(
-    ("cart_v", "live_v"), [(V8, BF16), (V8, V8), (BF16, BF16)], ids=["k16v8", "k16v8-live8", "k16v16"]
+    ("cart_v", "live_v"),
+    [(V8, BF16), (V8, V8), (BF16, BF16), (BF16, V8)],
+    ids=["k16v8", "k16v8-live8", "k16v16", "k16v16-live8"],
 )
 def test_matches_reference_with_poisoned_free_slots(
     block_m: int, page_size: int, cart_v: torch.dtype, live_v: torch.dtype
@@ -100,26 +102,29 @@ def test_every_staging_path_repeats_bitwise(live_v: torch.dtype) -> None:
         assert torch.equal(runs[0].out, again.out), "two launches on the same inputs differ: a race in the staging"
 
 
-def test_a_cartridge_written_in_place_is_expanded_anew() -> None:
-    # The FP8 cartridge reaches the kernel as its FP16 expansion, made once per cartridge and kept by the wrapper:
-    # a second run reads the kept one, and a run after an in-place write to the cartridge reads the new values.
+def test_kept_operands_expand_the_cartridge_once_and_follow_in_place_writes() -> None:
+    # Serving keeps each layer's operands across steps and may plan with a new wrapper every step: the FP8
+    # cartridge's FP16 expansion lives with the operands, made at their first Gluon launch and kept (one set of
+    # descriptors over it), and a later in-place write to the cartridge is read.
     pr = random_problem([40, 7], [90, 30], device=CUDA, **_qwen())
-    attn = CartridgeAttention(prefill_impl="gluon")
-    attn.plan(*pr.page_table(), device=CUDA, **pr.plan_kwargs())
-
-    def run() -> torch.Tensor:
+    layer = None
+    outs = []
+    for step in range(3):
+        attn = CartridgeAttention(prefill_impl="gluon")
+        attn.plan(*pr.page_table(), device=CUDA, **pr.plan_kwargs())
+        if layer is None:
+            layer = attn.check_layer(pr.cartridge_k, pr.cartridge_v, pr.paged_kv, q=pr.q, **pr.run_kwargs())
+        if step == 2:
+            pr.cartridge_v[1:300].copy_(torch.randn(299, 8, 128, device=CUDA).to(V8))
         out = torch.full_like(pr.q, float("nan"))
-        attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, out=out, **pr.run_kwargs())
+        attn.run_layer(pr.q, layer, out)
         torch.cuda.synchronize()
         ref = reference_attention(pr.q, pr.cartridge_k, pr.cartridge_v, pr.live_k, pr.live_v, *pr.page_table(),
                                   causal=True, **pr.run_kwargs())  # fmt: skip
         torch.testing.assert_close(out.float(), ref, rtol=3e-2, atol=3e-2)
-        return out
-
-    first = run()
-    assert torch.equal(run(), first)
-    pr.cartridge_v[1:300].copy_(torch.randn(299, 8, 128, device=CUDA).to(V8))
-    assert not torch.equal(run(), first)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[1], outs[2])
+    assert len(layer.descriptors) == 1
 
 
 def test_wrapper_default_and_identity() -> None:
