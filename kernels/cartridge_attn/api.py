@@ -20,9 +20,9 @@ from typing import Any, Literal
 import torch
 
 from . import _kernel as K
+from . import gluon_host
 from ._cascade import cartridge_cascade_kernel
 from .errors import NotPlannedError, UnsupportedArchitectureError, UnsupportedLayoutError
-from .gluon_host import CartridgeV16
 from .launch import DirectLaunches, pointer_specialization
 from .paging import split_combined_kv
 from .workspace import DecodeWorkspace
@@ -131,7 +131,7 @@ class LayerOperands:
     # them (they never change while the operands live).
     descriptors: dict[Any, tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
     # An FP8 cartridge's FP16 expansion, which the Gluon prefill reads: made at its first launch, once per layer.
-    cartridge_v16: CartridgeV16 = field(default_factory=CartridgeV16, compare=False, repr=False)
+    cartridge_v16: gluon_host.CartridgeV16 = field(default_factory=gluon_host.CartridgeV16, compare=False, repr=False)
 
     def cartridge_descriptors(self, block_n: int) -> tuple[Any, Any]:
         """Host TMA descriptors of the cartridge K and V viewed as ``(T_c, H_kv * D)``, boxes of ``block_n`` rows
@@ -332,8 +332,6 @@ def _check_gluon(
     non-CUDA device (Gluon has no interpreter), or a Triton whose Gluon the kernel is not written in."""
     if cfg.impl != "gluon":
         return
-    from . import gluon_host
-
     if mode != "prefill":
         raise UnsupportedLayoutError("config impl", "'triton' in decode (the Gluon kernel is prefill only)", cfg.impl)
     need = K.gluon_shared_bytes(cfg, head_dim, live_v_dtype.itemsize * 8)
@@ -926,8 +924,6 @@ class CartridgeAttention:
         cfg = p.config
         qk_scale = p.sm_scale * _LOG2E  # exp2 in the kernels: log2(e) folded into the scale once
         if cfg.impl == "gluon":
-            from . import gluon_host
-
             cart_v, scaled = layer.cartridge_v, layer.cartridge_v.dtype == K.FP8_DTYPE
             if scaled:
                 cart_v = layer.cartridge_v16.get(cart_v)
