@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from pathlib import Path
 
 import pytest
 import torch
@@ -90,8 +91,11 @@ def test_the_numerics_gate_qualifies_what_the_cell_names() -> None:
     assert lint(gluon, None) == []
     decode = KernelNumericsParams.model_validate({**cell, "phase": "decode", "prefill_impl": "gluon"})
     assert [i.field for i in lint(decode, None)] == [("prefill_impl",)]
-    (ref,) = kernel_inputs("gluon")
+    ref, host = kernel_inputs("gluon")
     assert ref.name == "cartridge_attn/_gluon_prefill.py"
+    # The host side that expands an FP8 cartridge for the kernel is pinned too.
+    assert host.name == "cartridge_attn/gluon_host.py"
+    assert host.sha256 == hashlib.sha256(Path(host.path).read_bytes()).hexdigest()
     assert source_sha256("gluon") == hashlib.sha256(source_path("gluon").read_bytes()).hexdigest()
     assert source_sha256("gluon") != source_sha256("triton")
 
