@@ -54,9 +54,9 @@ def kernel_inputs(impl: str = "triton") -> list[InputRef]:
     """The source of implementation `impl`'s kernels as qualified inputs, so the report's subjects pin what was
     measured (the Triton implementation's decode cascade has a kernel file of its own; the Gluon prefill reads what
     its host side hands it, an FP8 cartridge's FP16 expansion, so that file is pinned beside it)."""
-    import hashlib
-
     from cartridge_attn.identity import source_path, source_sha256
+
+    from qualify.hashing import sha256_file
 
     sources = [impl, "cascade"] if impl == "triton" else [impl]
     refs = [
@@ -65,6 +65,5 @@ def kernel_inputs(impl: str = "triton") -> list[InputRef]:
     ]
     if impl == "gluon":
         host = source_path(impl).with_name("gluon_host.py")
-        digest = hashlib.sha256(host.read_bytes()).hexdigest()
-        refs.append(InputRef(f"cartridge_attn/{host.name}", str(host), digest, "kernel-source"))
+        refs.append(InputRef(f"cartridge_attn/{host.name}", str(host), sha256_file(host), "kernel-source"))
     return refs

@@ -118,7 +118,7 @@ KERNEL_SET = ImplementationSet(
             "warp, two consumer warpgroups; prefill only, Triton 3.6)",
             frozenset({"ttft_proxy_ms"}),
             builder=f"{_KERNELS}:build_fused_k16v8_gluon",
-            bytes=_SHARED_K16V8,
+            bytes=_SHARED_BF16,  # it reads the FP8 cartridge's FP16 expansion (`gluon_host.CartridgeV16`)
         ),
         Implementation(
             "fused-k16v16-gluon",
