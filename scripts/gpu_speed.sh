@@ -17,9 +17,10 @@
 #        stages vLLM part 1; the measurement record's other shapes (page 16, head_dim 64, a GQA group of 3) with the
 #        L2 cold, and the Qwen3-8B shape with the L2 warm, fused K16/V8 beside FlashInfer over shared pages
 #   bash scripts/gpu_speed.sh qualify            (carry .gpu/setup.sh, .vllm/2, .vllm/MANIFEST, .vllm/stage.sh; or only
-#        .gpu) stages vLLM part 2 when carried; gates/kernel_numerics.yaml (signed) and `qualify mutants` (JOBS at
-#        once, 8 by default, signed) side by side, with GLUON=1 gates/gpu/numerics_gluon.yaml beside them:
-#        correctness items only, so sharing the GPU changes no verdict; MUTANTS=0 leaves out the mutation run,
+#        .gpu) stages vLLM part 2 when carried; the default numerics gates (gates/kernel_numerics.yaml and
+#        gates/kernel_numerics_gluon.yaml, both prefills, in one signed run) and `qualify mutants` of the Triton kernel
+#        (JOBS at once, 8 by default, signed) side by side: correctness items only, so sharing the GPU changes no
+#        verdict; MUTANTS=0 leaves out the mutation run,
 #        MUTANTS=only runs it alone (the gate grew past what fits beside it in one call's 600 s); GPUS=auto spreads
 #        the numerics items over every GPU of a multi-GPU kind (596 items took 530 s on one H200); UNMUTATED=killing-items
 #        runs the mutants' unmutated copy after them on their killing items only (694 items took 405 s alone on an H100);
@@ -37,8 +38,9 @@
 #        gates/perf.yaml's FA3 shared-page item with Nsight Compute counters of both sides, beside the numerics
 #        envelope cells of its shape, in one signed run
 #   bash scripts/gpu_speed.sh gluon              (carry .gpu) the Gluon prefill (issue 17 item 2): one launch per
-#        smoke variant (scripts/gluon_smoke.py, each under a timeout), with GLUON_TESTS=1 its GPU tests (and with
-#        GLUON_OFFLINE=1 its offline builds), then gates/gpu/numerics_gluon.yaml with the Triton kernel's
+#        smoke variant (scripts/gluon_smoke.py, each under a timeout), with GLUON_TESTS=1 its GPU tests (=all: every
+#        kernel test; GLUON_OFFLINE=1 adds its offline builds), with GLUON_HOST=1 the host time per layer of both
+#        prefills (scripts/host_overhead.py), then gates/kernel_numerics_gluon.yaml with the Triton kernel's
 #        padding-key cells (signed) and `qualify mutants mutation/cartridge_attn_gluon.yaml` (signed) side by side,
 #        only if everything before passed (GLUON_GATES=0 stops before them; GLUON_SMOKE=0 skips the smoke)
 #   bash scripts/gpu_speed.sh gluon-bench COMMIT (carry .gpu) prefill per layer of the Triton and Gluon kernels
@@ -179,32 +181,26 @@ qualify)
     source .gpu/setup.sh >/dev/null 2>&1
     install; keys
     gpu
-    rm -rf "$WORK/numerics" "$WORK/gluon-numerics" "$WORK/mutation"
+    rm -rf "$WORK/numerics" "$WORK/mutation"
     log "numerics gate and mutants, side by side"
     numerics=""
     if [ "${MUTANTS:-1}" != only ]; then
       # shellcheck disable=SC2086
-      signed_run numerics numerics-h200 "${NUMERICS_LIMIT:-560}" gates/kernel_numerics.yaml ${GPUS:+--gpus "$GPUS"} \
-        ${WORKERS_PER_GPU:+--workers-per-gpu "$WORKERS_PER_GPU"} &
+      signed_run numerics numerics-h200 "${NUMERICS_LIMIT:-560}" gates/kernel_numerics.yaml \
+        gates/kernel_numerics_gluon.yaml ${GPUS:+--gpus "$GPUS"} ${WORKERS_PER_GPU:+--workers-per-gpu "$WORKERS_PER_GPU"} &
       numerics=$!
-    fi
-    gluon=""
-    if [ "${GLUON:-0}" = 1 ]; then
-      signed_run gluon-numerics numerics-gluon-h200 400 gates/gpu/numerics_gluon.yaml &
-      gluon=$!
     fi
     if [ "${MUTANTS:-1}" != 0 ]; then
       # Each child runs the whole gate at worst (the unmutated copy always does): 596 items took 531 s beside the
       # numerics run on the H200 (2026-12-06), past a 420 s child limit; alone (MUTANTS=only) they fit 540 s.
       signed_mutants mutation mutation-h200 580 "${JOBS:-8}" "${EACH_S:-540}" mutation/cartridge_attn.yaml
     fi
-    wait $numerics $gluon
+    wait $numerics
     [ -n "$numerics" ] && tail -n 25 "$WORK/numerics.log"
-    [ -n "$gluon" ] && tail -n 4 "$WORK/gluon-numerics.log"
     [ "${MUTANTS:-1}" != 0 ] && tail -n 8 "$WORK/mutation.log"
   } 2>&1 | tee "$OUT/step.log"
-  tar -C "$WORK" -czf "$OUT/qualify.tar.gz" numerics numerics.log gluon-numerics gluon-numerics.log mutation \
-    mutation.log keys/signing-key.pub.pem 2>/dev/null
+  tar -C "$WORK" -czf "$OUT/qualify.tar.gz" numerics numerics.log mutation mutation.log keys/signing-key.pub.pem \
+    2>/dev/null
   ;;
 numerics-part)
   signed_gate_run numerics-part "${NAME:-numerics-part-h200}" "${PART_TIMEOUT:-400}" "numerics gate items: -k ${K:?}" \
@@ -217,13 +213,14 @@ targets)
   ;;
 prefill)
   signed_gate_run prefill shared-pages-h200 "${PREFILL_TIMEOUT:-540}" "perf.yaml shared-page items (FA3, FlashInfer)" \
-    "shared-pages or numerics-envelope-decode or numerics-envelope-prefill" gates/perf.yaml gates/kernel_numerics.yaml
+    "shared-pages or numerics-envelope-decode or numerics-envelope-prefill or gluon-envelope-p8" gates/perf.yaml \
+    gates/kernel_numerics.yaml gates/kernel_numerics_gluon.yaml
   ;;
 counters)
   signed_gate_run counters fa3-counters-h200 "${COUNTERS_TIMEOUT:-540}" \
     "perf.yaml FA3 shared-page item, counters of both sides" \
-    "perf-shared-vs-fa3-shared-pages or numerics-envelope-decode or numerics-envelope-prefill" \
-    gates/perf.yaml gates/kernel_numerics.yaml
+    "perf-shared-vs-fa3-shared-pages or numerics-envelope-decode or numerics-envelope-prefill or gluon-envelope-p8" \
+    gates/perf.yaml gates/kernel_numerics.yaml gates/kernel_numerics_gluon.yaml
   ;;
 gluon)
   {
@@ -245,20 +242,31 @@ gluon)
       # A hang is most likely the barrier protocol, which every variant shares: one costs 75 s, not all eight.
       [ "$rc" -eq 124 ] && { echo "smoke: $v timed out; the other variants are not tried"; break; }
     done
-    if [ "${GLUON_TESTS:-0}" = 1 ]; then
+    if [ "${GLUON_TESTS:-0}" != 0 ]; then
       # The offline builds (tests/gluon, ~3 min) also run on the CPU host (`nox -s gluon`): GLUON_OFFLINE=1 adds them.
+      # GLUON_TESTS=all runs every kernel test on the compiled kernels, whose default prefill is now the Gluon one.
       offline=""
       [ "${GLUON_OFFLINE:-0}" = 1 ] && offline=tests/gluon
-      log "GPU tests ${offline:+and offline builds}"
+      tests="tests/kernels/test_gluon_prefill_gpu.py tests/kernels/test_gluon_api.py"
+      [ "$GLUON_TESTS" = all ] && tests=tests/kernels
+      log "GPU tests ($tests) ${offline:+and offline builds}"
       # shellcheck disable=SC2086
-      timeout 220 python3 -m pytest $offline tests/kernels/test_gluon_prefill_gpu.py \
-        tests/kernels/test_gluon_api.py -q -rs -n 8 -p no:cacheprovider >"$OUT/gluon-tests.log" 2>&1 || bad=1
+      timeout "${GLUON_TESTS_S:-220}" python3 -m pytest $offline $tests -q -rs -n 8 -p no:cacheprovider \
+        >"$OUT/gluon-tests.log" 2>&1 || bad=1
       grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gluon-tests.log" | tail -n 20
+    fi
+    if [ "${GLUON_HOST:-0}" = 1 ]; then
+      # Host time per layer of a batch-1 prefill (the piecewise step behind the time to the first token), each
+      # prefill kernel through Triton's JIT launch and through its compiled launcher.
+      for impl in triton gluon; do
+        log "host time per layer, $impl prefill"
+        timeout 90 python3 scripts/host_overhead.py --prefill-impl "$impl" --out "$OUT/host-$impl.json" 2>&1 | tail -n 7
+      done
     fi
     if [ "$bad" -eq 0 ] && [ "${GLUON_GATES:-1}" = 1 ]; then
       rm -rf "$WORK/gluon-numerics" "$WORK/gluon-mutation"
       log "Gluon numerics gate (+ the Triton kernel's padding-key cells) and mutants, side by side"
-      signed_run gluon-numerics numerics-gluon-h200 380 gates/gpu/numerics_gluon.yaml gates/kernel_numerics.yaml \
+      signed_run gluon-numerics numerics-gluon-h200 380 gates/kernel_numerics_gluon.yaml gates/kernel_numerics.yaml \
         -k "gluon or numerics-padding-keys" &
       numerics=$!
       signed_mutants gluon-mutation mutation-gluon-h200 380 8 300 mutation/cartridge_attn_gluon.yaml
@@ -341,7 +349,7 @@ gluon-perf)
   signed_gate_run gluon-perf gluon-perf-h200 "${GLUON_PERF_TIMEOUT:-540}" \
     "Gluon prefill vs FA3 shared pages and the Triton prefill, + both prefills' numerics envelope cells" \
     "gluon-prefill or gluon-envelope-p8 or numerics-envelope-prefill" gates/gpu/perf_gluon.yaml \
-    gates/gpu/numerics_gluon.yaml gates/kernel_numerics.yaml
+    gates/kernel_numerics_gluon.yaml gates/kernel_numerics.yaml
   ;;
 cascade-perf)
   signed_gate_run cascade-perf cascade-perf-h200 "${CASCADE_PERF_TIMEOUT:-540}" \

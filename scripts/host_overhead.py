@@ -3,7 +3,7 @@
 operands checked once), through Triton's JIT launch and through the compiled kernels' own launchers
 (`direct_launch`, cartridge_attn.launch), in one process so that all see the same host.
 
-    python scripts/host_overhead.py [--layers 36] [--steps 30] [--queries 64] [--out FILE.json]
+    python scripts/host_overhead.py [--layers 36] [--steps 30] [--queries 64] [--prefill-impl gluon] [--out FILE.json]
 
 Qwen3-8B attention (32 query / 8 KV heads, head_dim 128), 8-token pages, a 632-position K16/V8 cartridge, one
 request of ``--queries`` new tokens (a batch-1 prefill, the step behind the time to the first token). Each step
@@ -31,6 +31,12 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--queries", type=int, default=64)
+    ap.add_argument(
+        "--prefill-impl",
+        choices=["triton", "gluon"],
+        default=None,
+        help="the prefill kernel (default: the dispatch's on this device)",
+    )
     ap.add_argument("--out", type=Path)
     ap.add_argument("--device", default="cuda", help="cpu: the Triton interpreter (TRITON_INTERPRET=1), a smoke test")
     args = ap.parse_args()
@@ -41,7 +47,7 @@ def main() -> int:
         [q_len], [q_len], num_qo_heads=32, num_kv_heads=8, head_dim=128, page_size=8, cartridge_len=632,
         cartridge_v_dtype=FP8, device=dev, spare_pages=64,
     )  # fmt: skip
-    attn = CartridgeAttention()
+    attn = CartridgeAttention(prefill_impl=args.prefill_impl)
     attn.plan(*pr.page_table(), **pr.plan_kwargs(), causal=True)
     key = torch.randn(q_len, 8, 128, device=dev).to(torch.bfloat16)
     value = torch.randn(q_len, 8, 128, device=dev).to(torch.bfloat16)
@@ -86,7 +92,9 @@ def main() -> int:
         outputs[name] = out.clone()
     same = all(torch.equal(outputs["checked"].view(torch.int16), o.view(torch.int16)) for o in outputs.values())
     results["outputs_bit_identical"] = same
-    results["direct_launches"] = direct_layer.launches.direct_launches + direct_pages.launches.direct_launches
+    kernel_launches = (direct_layer.launches, direct_layer.gluon_launches, direct_pages.launches)
+    results["direct_launches"] = sum(x.direct_launches for x in kernel_launches if x is not None)
+    results["prefill"] = attn.plan_info.config.tag
     gpu = torch.cuda.get_device_name() if dev.type == "cuda" else "cpu"
     results["setup"] = vars(args) | {"out": str(args.out) if args.out else None, "gpu": gpu}
     if args.out:
@@ -94,7 +102,10 @@ def main() -> int:
     print("| path | host us per layer (median of steps) | min |\n| --- | --- | --- |")
     for name, _ in paths:
         print(f"| {name} | {results[name]['median_us']:.1f} | {results[name]['min_us']:.1f} |")
-    print(f"outputs bit-identical: {same}; launches that skipped Triton's binding: {results['direct_launches']}")
+    print(
+        f"prefill {results['prefill']}; outputs bit-identical: {same}; launches that skipped Triton's binding: "
+        f"{results['direct_launches']}"
+    )
     return 0 if same else 1
 
 

@@ -5,6 +5,9 @@ Public API
 CartridgeAttention
     ``plan(...)`` validates and precomputes; ``run(q, ...)`` launches one kernel. ``plan_block_table(...)`` plans
     from a serving engine's block table in place (vLLM), without reading device memory on the host.
+default_prefill_impl
+    The prefill kernel a wrapper launches on a device unless told otherwise: the Gluon one on SM90 with Triton
+    3.6, the Triton one elsewhere.
 DecodeWorkspace
     Buffers allocated once per engine that plans take views of, so that CUDA graphs over ``run`` replay.
 write_live_kv
@@ -46,6 +49,7 @@ _EXPORTS = {
     "CartridgeAttention": "api",
     "Plan": "api",
     "LayerOperands": "api",
+    "default_prefill_impl": "api",
     "DecodeWorkspace": "workspace",
     "write_live_kv": "cache_write",
     "LivePages": "cache_write",
@@ -92,6 +96,7 @@ __all__ = [
     "build_injection_layout",
     "check_live_pages",
     "decode_config",
+    "default_prefill_impl",
     "kernel_identity",
     "live_lengths",
     "poison_cascade_states",

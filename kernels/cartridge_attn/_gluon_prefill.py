@@ -120,8 +120,12 @@ def _producer(
     ck_desc, cv_desc, lk_desc, lv_desc = descs
     k_ring, cv_ring, lv_ring = rings
     k_ready, k_empty, v_ready, v_empty = bars
-    page0, n_pages, cart_len, n_live, kvh, page_rows = walk
+    page0, n_pages, cart_len, n_live, kvh, page_rows, lk_head_cols, lv_head_cols = walk
     col = kvh * HEAD_DIM
+    # A live view's heads may sit further apart than HEAD_DIM columns (vLLM's pages hold each head's K and V in one
+    # row), and K and V apart by different counts when their dtypes differ.
+    lk_col = kvh * lk_head_cols
+    lv_col = kvh * lv_head_cols
     n_cart = gl.cdiv(cart_len, BLOCK_N)
     # K before V within a tile: the consumers release K a tile earlier than V, so a K stage is never queued
     # behind a V stage that frees later.
@@ -145,12 +149,12 @@ def _producer(
         bar = _acquire(k_empty, k_ready, i, LK_BYTES, STAGES)
         k_dst = k_ring.index(s)
         for p in gl.static_range(PAGES):
-            tma.async_copy_global_to_shared(lk_desc, [_page_row(pages, lanes, p, page_rows), col], bar,
+            tma.async_copy_global_to_shared(lk_desc, [_page_row(pages, lanes, p, page_rows), lk_col], bar,
                                             k_dst.slice(p * PAGE, PAGE))  # fmt: skip
         bar = _acquire(v_empty, v_ready, i, LV_BYTES, STAGES)
         v_dst = lv_ring.index(s)
         for p in gl.static_range(PAGES):
-            tma.async_copy_global_to_shared(lv_desc, [_page_row(pages, lanes, p, page_rows), col], bar,
+            tma.async_copy_global_to_shared(lv_desc, [_page_row(pages, lanes, p, page_rows), lv_col], bar,
                                             v_dst.slice(p * PAGE, PAGE))  # fmt: skip
 
 
@@ -457,6 +461,8 @@ def cartridge_prefill_ws_kernel(
     cart_len,
     qk_scale,
     page_rows,
+    lk_head_cols,
+    lv_head_cols,
     stride_qt,
     stride_qh,
     stride_ot,
@@ -530,7 +536,7 @@ def cartridge_prefill_ws_kernel(
     io = (q_ptr, o_ptr, cv_scale_ptr, lv_scale_ptr)
     tile = (rows0, q_start, q_len, kv_len, cart_len, n_live, kvh, qk_scale)
     strides = (stride_qt, stride_qh, stride_ot, stride_oh)
-    walk = (page0, n_pages, cart_len, n_live, kvh, page_rows)
+    walk = (page0, n_pages, cart_len, n_live, kvh, page_rows, lk_head_cols, lv_head_cols)
     stager_walk = (cart_len, n_live, kv_len)
     # Constexprs are written out in each partition's arguments: through a tuple variable they would become values.
     if CONSUMERS == 2:

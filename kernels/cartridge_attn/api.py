@@ -27,7 +27,7 @@ from .launch import DirectLaunches, pointer_specialization
 from .paging import split_combined_kv
 from .workspace import DecodeWorkspace
 
-__all__ = ["CartridgeAttention", "LayerOperands", "Plan"]
+__all__ = ["CartridgeAttention", "LayerOperands", "Plan", "default_prefill_impl"]
 
 _LOG2E = 1.4426950408889634
 
@@ -37,6 +37,15 @@ def _has_grid_dependency_control(device: torch.device) -> bool:
     """Whether ``device`` runs programmatic dependent launches (griddepcontrol: SM90 and newer). An unqualified
     architecture (``allow_unqualified_arch``) then runs a cascade's two launches one after the other."""
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= (9, 0)
+
+
+@cache
+def default_prefill_impl(device: torch.device) -> str:
+    """The prefill a wrapper without ``prefill_impl`` launches on ``device``: the Gluon kernel where it runs (an
+    SM90 device with Triton 3.6), the Triton kernel elsewhere (`heuristics.default_prefill_impl`)."""
+    cuda = device.type == "cuda" and not K.INTERPRETED
+    capability = torch.cuda.get_device_capability(device) if cuda else None
+    return K.default_prefill_impl(capability, gluon_host.gluon_problem())
 
 
 def _dtype_name(dt: torch.dtype) -> str:
@@ -114,7 +123,8 @@ class LayerOperands:
         The ``Plan.operand_signature`` they were checked against.
     launches : DirectLaunches or None
         With ``check_layer(direct_launch=True)``: this layer's compiled kernels, launched without Triton's
-        per-call binding after their first launch (`cartridge_attn.launch`).
+        per-call binding after their first launch (`cartridge_attn.launch`); the cascade's and the Gluon
+        prefill's have their own (the Gluon one made at its first launch: it needs Triton 3.6's Gluon).
     """
 
     cartridge_k: torch.Tensor
@@ -127,6 +137,7 @@ class LayerOperands:
     signature: tuple
     launches: DirectLaunches | None = field(default=None, compare=False, repr=False)
     cascade_launches: DirectLaunches | None = field(default=None, compare=False, repr=False)
+    gluon_launches: DirectLaunches | None = field(default=None, compare=False, repr=False)
     # TMA descriptors by tile height (and, for the Gluon prefill, page size), built on the first launch that needs
     # them (they never change while the operands live).
     descriptors: dict[Any, tuple[Any, ...]] = field(default_factory=dict, compare=False, repr=False)
@@ -360,14 +371,17 @@ class CartridgeAttention:
     >>> out = attn.run(q, cartridge_k, cartridge_v, (live_k, live_v))    # doctest: +SKIP
     """
 
-    def __init__(self, prefill_impl: str = "triton", decode_cascade: bool | None = None) -> None:
-        """``prefill_impl`` picks the prefill kernel of default configurations: ``"triton"`` (the qualified
-        default) or ``"gluon"`` (the warp-specialized Gluon kernel, SM90 with Triton 3.6; `gluon_host`).
+    def __init__(self, prefill_impl: str | None = None, decode_cascade: bool | None = None) -> None:
+        """``prefill_impl`` picks the prefill kernel of default configurations: ``"gluon"`` (the warp-specialized
+        Gluon kernel, SM90 with Triton 3.6; `gluon_host`), ``"triton"``, or None for the dispatch's choice on the
+        planned device (:func:`default_prefill_impl`: Gluon where it runs). The Gluon kernel reads live pages whose
+        heads sit anywhere inside a token's row (16-byte aligned); a layout it cannot read is refused at the first
+        prefill launch, naming the tensor, and ``"triton"`` reads any head stride.
         ``decode_cascade`` makes every default decode configuration a cascade (`_cascade`: the cartridge over
         wide tiles of every request's rows, then the live walk) with True, none with False; None leaves it to the
         dispatch (`heuristics.cascade_by_default`)."""
-        if prefill_impl not in K.IMPLS:
-            raise UnsupportedLayoutError("prefill_impl", f"one of {K.IMPLS}", prefill_impl)
+        if prefill_impl is not None and prefill_impl not in K.IMPLS:
+            raise UnsupportedLayoutError("prefill_impl", f"None or one of {K.IMPLS}", prefill_impl)
         if decode_cascade is not None and not isinstance(decode_cascade, bool):
             raise UnsupportedLayoutError("decode_cascade", "None, True or False", decode_cascade)
         self.prefill_impl = prefill_impl
@@ -376,6 +390,10 @@ class CartridgeAttention:
         self._ones: dict[tuple[torch.device, int], torch.Tensor] = {}
         self.last_compiled: Any = None
         self.last_cascade_compiled: Any = None  # a decode cascade's first launch (`_cascade`), else None
+
+    def _prefill_on(self, device: torch.device) -> str:
+        """The prefill implementation of this wrapper's default configurations on ``device``."""
+        return self.prefill_impl or default_prefill_impl(device)
 
     @property
     def plan_info(self) -> Plan:
@@ -535,7 +553,7 @@ class CartridgeAttention:
                 )  # fmt: skip
             else:
                 config = K.prefill_config(
-                    group, head_dim, rows=int(qo[-1]) * group, num_kv_heads=num_kv_heads, impl=self.prefill_impl,
+                    group, head_dim, rows=int(qo[-1]) * group, num_kv_heads=num_kv_heads, impl=self._prefill_on(dev),
                     live_v_bits=live_v_dtype.itemsize * 8,
                 )  # fmt: skip
         self._check_config(config, mode, group)
@@ -687,7 +705,7 @@ class CartridgeAttention:
             )  # fmt: skip
         else:
             config = K.prefill_config(
-                group, head_dim, rows=sum(query_lens) * group, num_kv_heads=num_kv_heads, impl=self.prefill_impl,
+                group, head_dim, rows=sum(query_lens) * group, num_kv_heads=num_kv_heads, impl=self._prefill_on(dev),
                 live_v_bits=live_v_dtype.itemsize * 8,
             )  # fmt: skip
         self._check_config(config, mode, group)
@@ -933,11 +951,14 @@ class CartridgeAttention:
                 layer.descriptors[key] = gluon_host.descriptors(
                     layer.cartridge_k, cart_v, layer.live_k, layer.live_v, cfg.block_n, p.page_size
                 )
+            if layer.launches is not None and layer.gluon_launches is None:
+                layer.gluon_launches = gluon_host.direct_launches()
             self.last_compiled = gluon_host.launch(
                 cfg, p.grid, group=p.num_qo_heads // p.num_kv_heads, head_dim=p.head_dim, page_size=p.page_size,
                 causal=p.causal, cartridge_len=p.cartridge_len, qk_scale=qk_scale, q=q, out=out,
                 descs=layer.descriptors[key], cartridge_v_scale=layer.cartridge_v_scale,
                 live_v_scale=layer.live_v_scale, plan_tensors=p.tensors, cartridge_v_scaled=scaled,
+                launches=layer.gluon_launches,
             )  # fmt: skip
             return out
         t = p.tensors

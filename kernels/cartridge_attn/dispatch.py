@@ -164,7 +164,7 @@ def decode_regions(
 def prefill_regions(
     group: int, head_dim: int, num_kv_heads: int, max_query_tokens: int, impl: str = "triton"
 ) -> list[Region]:
-    """The prefill regions of ``impl``'s default configuration (the dispatch's is the Triton prefill's)."""
+    """The prefill regions of ``impl``'s default configuration."""
     # 128-row tiles are taken once (rows // 128) * H_kv reaches the implementation's program count, i.e. from this
     # many rows on.
     cut = 128 * -(-K.prefill_grid_sms(impl) // num_kv_heads)
@@ -183,8 +183,10 @@ def prefill_regions(
     return _merge(cells, "query_rows", "num_kv_heads")
 
 
-def dispatch_table(envelope: Envelope | None = None) -> list[Region]:
-    """Every region of the default dispatch inside `envelope` (the default envelope when None)."""
+def dispatch_table(envelope: Envelope | None = None, prefill_impl: str = "triton") -> list[Region]:
+    """Every region of the default dispatch inside `envelope` (the default envelope when None), its prefill
+    regions those of `prefill_impl`: the dispatch's on a device is `api.default_prefill_impl` (the Gluon kernel
+    on SM90 with Triton 3.6, the Triton kernel elsewhere)."""
     e = envelope or Envelope()
     table: list[Region] = []
     for group in e.groups:
@@ -192,7 +194,7 @@ def dispatch_table(envelope: Envelope | None = None) -> list[Region]:
             for h_kv in e.num_kv_heads:
                 for t_c in e.cartridge_lens:
                     table += decode_regions(group, head_dim, e.max_batch, e.max_live, h_kv, t_c)
-                table += prefill_regions(group, head_dim, h_kv, e.max_query_tokens)
+                table += prefill_regions(group, head_dim, h_kv, e.max_query_tokens, prefill_impl)
     return table
 
 

@@ -20,11 +20,14 @@ from .errors import UnsupportedLayoutError
 if TYPE_CHECKING:
     import torch
 
+    from .launch import DirectLaunches
+
 __all__ = [
     "GLUON_TRITON",
     "CartridgeV16",
     "compile_offline",
     "descriptors",
+    "direct_launches",
     "gluon_problem",
     "launch",
     "launch_options",
@@ -116,13 +119,27 @@ def _gl_dtype(t: torch.Tensor) -> Any:
     return {torch.bfloat16: gl.bfloat16, torch.float16: gl.float16, torch.float8_e4m3fn: gl.float8e4nv}[t.dtype]
 
 
-def _check_tma_rows(name: str, t: torch.Tensor, token_dim: int, head_dim: int) -> None:
-    """A tensor whose rows (tokens) are read as boxes of one head: heads adjacent, D contiguous, 16-byte aligned."""
-    if t.stride(-1) != 1 or t.stride(-2) != head_dim:
-        raise UnsupportedLayoutError(f"{name} strides", "(..., D, 1): heads adjacent, for TMA loads", tuple(t.stride()))
-    if t.data_ptr() % 16 or (t.stride(token_dim) * t.element_size()) % 16:
+# Where a layout the Gluon prefill cannot read is refused, the Triton prefill can read it.
+_OTHER_PREFILL = "; CartridgeAttention(prefill_impl='triton') reads any head stride"
+
+
+def _check_tma_rows(name: str, t: torch.Tensor, token_dim: int, head_dim: int, *, heads_adjacent: bool) -> None:
+    """A tensor whose rows (tokens) are read as boxes of one head: D contiguous, every head inside its token's row
+    (adjacent with ``heads_adjacent``, else any head stride), 16-byte aligned."""
+    h_kv, head_stride, token_stride = t.shape[-2], t.stride(-2), t.stride(token_dim)
+    if t.stride(-1) != 1 or (heads_adjacent and head_stride != head_dim):
+        want = "(..., D, 1): heads adjacent" if heads_adjacent else "(..., H, 1): D contiguous"
+        raise UnsupportedLayoutError(f"{name} strides", f"{want}, for TMA loads{_OTHER_PREFILL}", tuple(t.stride()))
+    if head_stride < head_dim or (h_kv - 1) * head_stride + head_dim > token_stride:
         raise UnsupportedLayoutError(
-            f"{name} base / token stride", "16-byte aligned (for TMA loads)", (t.data_ptr() % 16, t.stride(token_dim))
+            f"{name} strides", f"every head inside its token's row, for TMA loads{_OTHER_PREFILL}", tuple(t.stride())
+        )
+    size = t.element_size()
+    if t.data_ptr() % 16 or (token_stride * size) % 16 or (head_stride * size) % 16:
+        raise UnsupportedLayoutError(
+            f"{name} base / token stride / head stride",
+            f"16-byte aligned (for TMA loads){_OTHER_PREFILL}",
+            (t.data_ptr() % 16, token_stride, head_stride),
         )
 
 
@@ -133,35 +150,41 @@ def descriptors(
     live_v: torch.Tensor,
     block_n: int,
     page_size: int,
-) -> tuple[Any, Any, Any, Any, int]:
+) -> tuple[Any, Any, Any, Any, int, int, int]:
     """TMA descriptors of cartridge K, V (boxes of ``block_n`` rows of one head over ``(T_c, H_kv * D)``) and of
-    live K, V (boxes of one page of one head), and the rows from one page to the next in the live view.
+    live K, V (boxes of one page of one head), the rows from one page to the next in the live views, and the
+    columns from one head to the next in the live K and V views.
 
-    The live views are 2-D over token slots, ``(rows, H_kv * D)`` with the token stride: page ``p`` starts at row
+    The live views are 2-D over token slots, ``(rows, columns)`` with the token stride: page ``p`` starts at row
     ``p * page_rows``, which holds for any page stride that is a whole number of token strides (vLLM's split K / V
-    caches and FlashInfer's combined one alike). They never change while the tensors live: the caller keeps them.
+    caches and FlashInfer's combined one alike), and head ``h`` at column ``h`` times the head stride, which holds
+    for heads further apart than D (the serving plugin's pages hold each head's K and V in one row). They never
+    change while the tensors live: the caller keeps them.
     """
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
     t_c, h_kv, d = cartridge_k.shape
-    out: list[Any] = []
     for name, t in (("cartridge K", cartridge_k), ("cartridge V", cartridge_v)):
-        _check_tma_rows(name, t, 0, d)
-        block = [block_n, d]
-        out.append(TensorDescriptor(t, [t_c, h_kv * d], [t.stride(0), 1], block, _shared_layout(block, _gl_dtype(t))))
+        _check_tma_rows(name, t, 0, d, heads_adjacent=True)
     page_rows = live_k.stride(0) // live_k.stride(1)
     for name, t in (("live K pages", live_k), ("live V pages", live_v)):
-        _check_tma_rows(name, t, 1, d)
+        _check_tma_rows(name, t, 1, d, heads_adjacent=False)
         if t.stride(0) % t.stride(1) or t.stride(0) // t.stride(1) != page_rows:
             raise UnsupportedLayoutError(
                 f"{name} page stride", f"a whole number of token strides, the same for K and V ({page_rows})",
                 (t.stride(0), t.stride(1)),
             )  # fmt: skip
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    out: list[Any] = []
+    for t in (cartridge_k, cartridge_v):
+        block = [block_n, d]
+        out.append(TensorDescriptor(t, [t_c, h_kv * d], [t.stride(0), 1], block, _shared_layout(block, _gl_dtype(t))))
+    for t in (live_k, live_v):
         rows = (t.shape[0] - 1) * page_rows + page_size
+        columns = (h_kv - 1) * t.stride(2) + d
         # The ring's buffers are [block_n, D]; a page lands in a row slice of one, so it takes the same layout.
         layout = _shared_layout([block_n, d], _gl_dtype(t))
-        out.append(TensorDescriptor(t, [rows, h_kv * d], [t.stride(1), 1], [page_size, d], layout))
-    return (*out, page_rows)
+        out.append(TensorDescriptor(t, [rows, columns], [t.stride(1), 1], [page_size, d], layout))
+    return (*out, page_rows, live_k.stride(2), live_v.stride(2))
 
 
 def launch(
@@ -176,27 +199,52 @@ def launch(
     qk_scale: float,
     q: torch.Tensor,
     out: torch.Tensor,
-    descs: tuple[Any, Any, Any, Any, int],
+    descs: tuple[Any, Any, Any, Any, int, int, int],
     cartridge_v_scale: torch.Tensor,
     live_v_scale: torch.Tensor,
     plan_tensors: dict[str, torch.Tensor],
     cartridge_v_scaled: bool,
+    launches: DirectLaunches | None = None,
 ) -> Any:
     """One launch of the Gluon prefill (``descs`` from :func:`descriptors` over 16-bit cartridge values,
     ``plan_tensors`` a plan's device metadata); ``cartridge_v_scaled`` when those values are an FP8 cartridge's
-    expansion, whose per-head scale the kernel then applies. Returns the compiled kernel."""
+    expansion, whose per-head scale the kernel then applies. With ``launches`` (one layer's, made with
+    :func:`direct_launches`), a variant launched before goes through its compiled launcher without Triton's
+    per-call binding. Returns the compiled kernel."""
     from ._gluon_prefill import cartridge_prefill_ws_kernel
+    from .launch import pointer_specialization
 
-    ck_desc, cv_desc, lk_desc, lv_desc, page_rows = descs
+    ck_desc, cv_desc, lk_desc, lv_desc, page_rows, lk_head_cols, lv_head_cols = descs
     t = plan_tensors
-    return cartridge_prefill_ws_kernel[grid](
-        q, out, ck_desc, cv_desc, lk_desc, lv_desc, cartridge_v_scale, live_v_scale,
-        t["qo_indptr"], t["kv_indptr"], t["kv_indices"], t["kv_len"], t["tile_req"], t["tile_row"],
-        cartridge_len, qk_scale, page_rows, q.stride(0), q.stride(1), out.stride(0), out.stride(1),
-        GROUP=group, HEAD_DIM=head_dim, PAGE=page_size, BLOCK_M=cfg.block_m, BLOCK_N=cfg.block_n,
-        STAGES=cfg.num_stages, CAUSAL=causal, CV_SCALE=cartridge_v_scaled, CONSUMER_REGISTERS=_CONSUMER_REGISTERS,
-        **launch_options(cfg),
+    tensors = (t["qo_indptr"], t["kv_indptr"], t["kv_indices"], t["kv_len"], t["tile_req"], t["tile_row"])
+    args = (
+        q, out, ck_desc, cv_desc, lk_desc, lv_desc, cartridge_v_scale, live_v_scale, *tensors,
+        cartridge_len, qk_scale, page_rows, lk_head_cols, lv_head_cols,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1),
     )  # fmt: skip
+    constexprs = {
+        "GROUP": group, "HEAD_DIM": head_dim, "PAGE": page_size, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
+        "STAGES": cfg.num_stages, "CAUSAL": causal, "CV_SCALE": cartridge_v_scaled,
+        "CONSUMER_REGISTERS": _CONSUMER_REGISTERS,
+    }  # fmt: skip
+    if launches is None:
+        return cartridge_prefill_ws_kernel[grid](*args, **constexprs, **launch_options(cfg))
+    # What can change between one layer's calls and Triton specializes on: the descriptors, the cartridge length,
+    # page rows and head columns are the layer's own (fixed while its operands live); the constexprs follow the
+    # configuration and the plan's shape.
+    key = (
+        cfg, page_size, causal, cartridge_v_scaled, group, head_dim,
+        q.stride(0), q.stride(1), out.stride(0), out.stride(1), *pointer_specialization((q, out, *tensors)),
+    )  # fmt: skip
+    return launches.launch(grid, key, args, constexprs, launch_options(cfg))
+
+
+def direct_launches() -> DirectLaunches:
+    """A layer's store of the Gluon prefill's compiled variants, for :func:`launch` without Triton's binding."""
+    from ._gluon_prefill import cartridge_prefill_ws_kernel
+    from .launch import DirectLaunches
+
+    return DirectLaunches(cartridge_prefill_ws_kernel)
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -222,10 +270,10 @@ def compile_offline(
 
     Dtypes are torch names; an FP8 cartridge is built as the launch takes it, its FP16 expansion with the scale
     applied in the kernel (:class:`CartridgeV16`). The signature is what a launch on a serving engine's buffers
-    specializes: 32-bit integers, pointers 16-byte aligned and query / output strides that are multiples of 16
-    elements (heads of 64 or 128), which let the query loads take 16-byte vectors (unaligned, they are built as
-    2-byte loads); the lengths (``cart_len``, ``page_rows``) are left unspecialized, as they are where they are not
-    multiples of 16.
+    specializes: 32-bit integers, pointers 16-byte aligned, query / output strides and live head columns that are
+    multiples of 16 elements (heads of 64 or 128; a head stride is a multiple of 16 bytes), which let the query
+    loads take 16-byte vectors (unaligned, they are built as 2-byte loads); the lengths (``cart_len``,
+    ``page_rows``) are left unspecialized, as they are where they are not multiples of 16.
     ``kernel`` replaces the shipped kernel function (a mutant's, loaded from its copy of the source).
     """
     import triton
@@ -254,7 +302,7 @@ def compile_offline(
         "cv_scale_ptr": "*fp32", "lv_scale_ptr": "*fp32",
         **{name: "*i32" for name in ("qo_indptr_ptr", "kv_indptr_ptr", "kv_indices_ptr", "kv_len_ptr",
                                      "tile_req_ptr", "tile_row_ptr")},
-        "cart_len": "i32", "qk_scale": "fp32", "page_rows": "i32",
+        "cart_len": "i32", "qk_scale": "fp32", "page_rows": "i32", "lk_head_cols": "i32", "lv_head_cols": "i32",
         **{name: "i32" for name in ("stride_qt", "stride_qh", "stride_ot", "stride_oh")},
     }  # fmt: skip
     constexprs = {
@@ -263,7 +311,7 @@ def compile_offline(
     }  # fmt: skip
     sig.update(dict.fromkeys(constexprs, "constexpr"))
     names = list(sig)
-    aligned = [n for n, t in sig.items() if t.startswith("*") or n.startswith("stride_")]
+    aligned = [n for n, t in sig.items() if t.startswith("*") or n.startswith("stride_") or n.endswith("_head_cols")]
     attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in aligned}
     src = GluonASTSource(kernel or cartridge_prefill_ws_kernel, sig, constexprs=constexprs, attrs=attrs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 128), options=launch_options(cfg))

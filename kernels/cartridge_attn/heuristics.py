@@ -125,9 +125,22 @@ class KernelConfig:
         return f"{shape}{split}{cascade}{tma}{ws}{gl}"
 
 
-# The prefill implementations; the dispatch uses the Triton one until the Gluon one is qualified on a GPU and measured
-# faster (a wrapper opts in with CartridgeAttention(prefill_impl="gluon")).
+# The prefill implementations. The dispatch takes the Gluon one wherever it runs (an SM90 device with Triton 3.6): it
+# took 67-83 % of the Triton prefill's time at every perf point and passes the same numerics and mutation gates
+# (results/2026-12-06-gluon-expansion-h100); the Triton one elsewhere. A wrapper may name either
+# (CartridgeAttention(prefill_impl=...)); False here would give the Triton one everywhere.
 IMPLS: tuple[str, ...] = ("triton", "gluon")
+GLUON_PREFILL_BY_DEFAULT = True
+GLUON_CAPABILITY = (9, 0)  # the architecture the Gluon prefill is written for (wgmma, TMA, setmaxnreg)
+
+
+def default_prefill_impl(capability: tuple[int, int] | None, gluon_problem: str | None) -> str:
+    """The prefill the dispatch takes on a device of compute ``capability`` (None: no CUDA device, or the Triton
+    interpreter) where ``gluon_problem`` says why this process cannot build the Gluon kernel (None: it can)."""
+    runs = capability == GLUON_CAPABILITY and gluon_problem is None
+    return "gluon" if GLUON_PREFILL_BY_DEFAULT and runs else "triton"
+
+
 # SM90's largest shared-memory allocation per CTA (227 KiB), which the Gluon prefill's stage ring must fit.
 SM90_SHARED_BYTES = 232448
 # Barriers and the compiler's layout-conversion scratch on top of the Gluon prefill's buffers (seen: 8,248 bytes).

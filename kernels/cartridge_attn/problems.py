@@ -26,7 +26,8 @@ class AttentionProblem:
     cartridge_k, cartridge_v : torch.Tensor
         ``(T_c, H_kv, D)``.
     live_k, live_v : torch.Tensor
-        ``(num_pages, page_size, H_kv, D)``; views of ``combined`` when it is set.
+        ``(num_pages, page_size, H_kv, D)``; views of ``combined`` when it is set, or of one K-then-V row per token
+        and head (``random_problem(interleaved=True)``).
     combined : torch.Tensor or None
         FlashInfer's ``(num_pages, 2, page_size, H_kv, D)`` cache, when requested and K/V share a dtype.
     qo_indptr, kv_indptr, kv_indices, kv_last_page_len : torch.Tensor
@@ -135,6 +136,7 @@ def random_problem(
     live_v_dtype: torch.dtype | None = None,
     fp8_scale: bool = True,
     combined: bool = False,
+    interleaved: bool = False,
     spare_pages: int = 3,
     device: torch.device | str = "cpu",
     seed: int | None = None,
@@ -155,6 +157,10 @@ def random_problem(
         Give FP8 values a random per-head scale (else no scale, i.e. 1).
     combined : bool
         Store live K/V in FlashInfer's combined layout (needs equal K and V dtypes).
+    interleaved : bool
+        Store each token's K and V of one head in one row of the query dtype, K's D values then V's (D values, or
+        D FP8 bytes in the room of D / 2 elements): the serving plugin's vLLM cache (`qualify.serve.backend`), whose
+        heads sit further apart than D. ``live_k`` / ``live_v`` are views of it.
     spare_pages : int
         Unused pages mixed into the pool (filled with random data).
     device : torch.device or str
@@ -201,11 +207,23 @@ def random_problem(
         cart_v = _fp8_values(randn(cartridge_len, h_kv, d), cv_scale)
     else:
         cart_v = randn(cartridge_len, h_kv, d).to(cartridge_v_dtype)
+    if combined and interleaved:
+        raise ValueError("a problem's live pages are combined or interleaved, not both")
     if combined:
         if live_v_dtype != dtype:
             raise ValueError("the combined layout stores K and V in one dtype")
         comb = randn(total_pages, 2, ps, h_kv, d).to(dtype)
         live_k, live_v = comb[:, 0], comb[:, 1]
+    elif interleaved:
+        comb = None
+        v_room = d * live_v_dtype.itemsize // dtype.itemsize
+        rows = torch.empty(total_pages, ps, h_kv, d + v_room, dtype=dtype, device=device)
+        live_k, live_v = rows[..., :d], rows[..., d:].view(live_v_dtype)
+        live_k.copy_(randn(total_pages, ps, h_kv, d))
+        if live_v_dtype == torch.float8_e4m3fn:
+            live_v.copy_(_fp8_values(randn(total_pages, ps, h_kv, d), lv_scale))
+        else:
+            live_v.copy_(randn(total_pages, ps, h_kv, d))
     else:
         comb = None
         live_k = randn(total_pages, ps, h_kv, d).to(dtype)

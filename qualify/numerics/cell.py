@@ -79,7 +79,9 @@ class KernelNumericsParams(KindParams):
     head_dim: int = 128
     num_qo_heads: int = Field(default=32, ge=1)
     num_kv_heads: int = Field(default=8, ge=1)
-    kv_layout: Literal["separate", "combined"] = "separate"
+    # How the live pages are stored: K and V apart (vLLM's split caches), FlashInfer's combined (pages, 2, ...) cache,
+    # or one K-then-V row per token and head as the serving plugin's vLLM cache holds them (heads 2 x D apart).
+    kv_layout: Literal["separate", "combined", "interleaved"] = "separate"
     fp8_scale: bool = True
     # NaN in every cache slot no request owns (cartridge_attn.AttentionProblem.poison_free_slots): reading past a
     # request's end, a wrong page, or a whole-page load whose tail reaches P x V then fails the cell.

@@ -65,6 +65,7 @@ def build_problem(p: KernelNumericsParams, device: torch.device, seed: int) -> A
         live_v_dtype=DTYPES[p.live_v],
         fp8_scale=p.fp8_scale,
         combined=p.kv_layout == "combined",
+        interleaved=p.kv_layout == "interleaved",
         device=device,
         seed=seed,
     )

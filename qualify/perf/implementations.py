@@ -100,7 +100,8 @@ KERNEL_SET = ImplementationSet(
     implementations=(
         Implementation(
             "fused-k16v8",
-            "this project's fused kernel over a shared cartridge (K BF16, V FP8 E4M3 per-head scales)",
+            "this project's fused kernel over a shared cartridge (K BF16, V FP8 E4M3 per-head scales) as it ships: "
+            "the dispatch's prefill on this GPU (the Gluon kernel on SM90 with Triton 3.6, else the Triton one)",
             _BOTH,
             builder=f"{_KERNELS}:build_fused_k16v8",
             bytes=_SHARED_K16V8,
@@ -113,12 +114,20 @@ KERNEL_SET = ImplementationSet(
             bytes=_SHARED_BF16,
         ),
         Implementation(
+            "fused-k16v8-triton",
+            "the same K16/V8 prefill by the Triton kernel, named: the dispatch's off SM90 / Triton 3.6, and the "
+            "baseline the Gluon prefill replaced (prefill only)",
+            frozenset({"ttft_proxy_ms"}),
+            builder=f"{_KERNELS}:build_fused_k16v8_triton",
+            bytes=_SHARED_K16V8,
+        ),
+        Implementation(
             "fused-k16v8-gluon",
-            "the same K16/V8 prefill by its second implementation, the warp-specialized Gluon kernel (TMA producer "
-            "warp, two consumer warpgroups; prefill only, Triton 3.6)",
+            "the same K16/V8 prefill by the warp-specialized Gluon kernel, named (TMA producer warp, two consumer "
+            "warpgroups; prefill only, Triton 3.6)",
             frozenset({"ttft_proxy_ms"}),
             builder=f"{_KERNELS}:build_fused_k16v8_gluon",
-            bytes=_SHARED_BF16,  # it reads the FP8 cartridge's FP16 expansion (`gluon_host.CartridgeV16`)
+            bytes=_SHARED_K16V8,
         ),
         Implementation(
             "fused-k16v16-gluon",

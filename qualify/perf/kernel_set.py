@@ -6,10 +6,11 @@ The implementations, their builders and byte models are declared in `qualify.per
 Every implementation serves the same problem: a 632-position (by default) cartridge shared by `batch`
 requests, each with its own paged live suffix, `num_layers` attention layers per step.
 
-* fused-k16v8 / fused-k16v16: `cartridge_attn.CartridgeAttention`, one launch per layer over cartridge +
-  live pages (live pages handed out in a shuffled order, as a pool allocator would); fused-k16v8-gluon: the
-  same with the Gluon prefill (`CartridgeAttention(prefill_impl="gluon")`); fused-k16v8-cascade: decode as a cascade
-  (`CartridgeAttention(decode_cascade=True)`).
+* fused-k16v8 / fused-k16v16: `cartridge_attn.CartridgeAttention` as it ships, one launch per layer over
+  cartridge + live pages (live pages handed out in a shuffled order, as a pool allocator would), the prefill the
+  dispatch's on this GPU (`default_prefill_impl`: the Gluon kernel on SM90 with Triton 3.6); fused-k16v8-triton /
+  fused-k16v8-gluon: the same with the prefill named (`CartridgeAttention(prefill_impl=...)`); fused-k16v8-cascade:
+  decode as a cascade (`CartridgeAttention(decode_cascade=True)`).
 * flashinfer-inject-bf16 / -fp8: the cartridge copied into each request's first pages
   (`cartridge_attn.build_injection_layout`); FlashInfer's paged decode; for TTFT, the copy of the
   cartridge into the new requests' pages followed by FA3 paged prefill over the suffix.
@@ -25,7 +26,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
@@ -90,6 +91,9 @@ class Built:
     calls: list[Callable[[], object]]  # one per layer, each already repeating `redundant` times
     keep: list[Any] = field(default_factory=list)  # buffers and wrappers the calls use
     identity: Callable[[], dict[str, Any]] | None = None
+    # Bytes per cartridge V value the launches read where that is not what the implementation holds: the Gluon
+    # prefill reads an FP8 cartridge's FP16 expansion (`gluon_host.CartridgeV16`), 2 bytes a value.
+    cartridge_v_read_bytes: int | None = None
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,9 @@ def _flashinfer() -> Any:
 
 
 # -- fused ----------------------------------------------------------------------------------------------
-def _fused(spec: CellSpec, *, v_fp8: bool, prefill_impl: str = "triton", decode_cascade: bool | None = None) -> Built:
+def _fused(
+    spec: CellSpec, *, v_fp8: bool, prefill_impl: str | None = None, decode_cascade: bool | None = None
+) -> Built:
     import cartridge_attn as ca
 
     s = spec.shape
@@ -205,7 +211,11 @@ def _fused(spec: CellSpec, *, v_fp8: bool, prefill_impl: str = "triton", decode_
         lay, layer = sets[i], operands[i]
         return lambda: attn.run_layer(lay["q"], layer, lay["out"])
 
-    return Built(layer_calls(spec, one), keep=[attn, sets, operands, pt], identity=lambda: ca.kernel_identity(attn))
+    gluon = attn.plan_info.config.impl == "gluon"
+    return Built(
+        layer_calls(spec, one), keep=[attn, sets, operands, pt], identity=lambda: ca.kernel_identity(attn),
+        cartridge_v_read_bytes=2 if gluon else None,
+    )  # fmt: skip
 
 
 # -- FlashInfer ---------------------------------------------------------------------------------------
@@ -353,6 +363,10 @@ def build_fused_k16v8(spec: CellSpec) -> Built:
     return _fused(spec, v_fp8=True)
 
 
+def build_fused_k16v8_triton(spec: CellSpec) -> Built:
+    return _fused(spec, v_fp8=True, prefill_impl="triton")
+
+
 def build_fused_k16v8_gluon(spec: CellSpec) -> Built:
     return _fused(spec, v_fp8=True, prefill_impl="gluon")
 
@@ -394,11 +408,14 @@ def build(name: str, spec: CellSpec) -> Built:
     return builder(spec)
 
 
-def cell_bytes(name: str, spec: CellSpec) -> int:
-    """Unique bytes implementation `name` moves in one cell (every repetition of a redundant launch counted)."""
+def cell_bytes(name: str, spec: CellSpec, cartridge_v_read_bytes: int | None = None) -> int:
+    """Unique bytes implementation `name` moves in one cell (every repetition of a redundant launch counted), its
+    cartridge V at `cartridge_v_read_bytes` a value when the launches read it so (`Built`)."""
     layout = KERNEL_SET.get(name).bytes
     if layout is None:
         raise KeyError(f"kernel implementation {name!r} names no bytes layout")
+    if cartridge_v_read_bytes is not None:
+        layout = replace(layout, cartridge_v=cartridge_v_read_bytes)
     s = spec.shape
     shape = bytes_model.AttentionShape(s.num_qo_heads, s.num_kv_heads, s.head_dim, s.cartridge_len)
     if spec.metric.phase == "decode":
@@ -460,7 +477,7 @@ def measure(request: WorkRequest) -> WorkResult:
                     )
                     samples = [batch / (ms / 1000.0) for ms in t.samples_ms] if decode else list(t.samples_ms)
                     facts = built.identity() if built.identity is not None else {}
-                    moved = cell_bytes(request.implementation, spec)
+                    moved = cell_bytes(request.implementation, spec, built.cartridge_v_read_bytes)
                     pct = bytes_model.pct_of_peak(moved, statistics.median(t.samples_ms) / 1000.0, peak)
                     cells.append(
                         Cell(

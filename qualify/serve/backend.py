@@ -281,8 +281,8 @@ class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
     def _note_direct_launch(self, bound: _BoundLayer) -> None:
         # A run with direct launches on must show that some happened: otherwise a comparison with the JIT path
         # would compare the JIT path with itself.
-        launches = bound.operands.launches
-        if launches is not None and launches.direct_launches:
+        ops = bound.operands
+        if any(x is not None and x.direct_launches for x in (ops.launches, ops.cascade_launches, ops.gluon_launches)):
             self._direct_launch_unseen = False
             DispatchLog().note(DIRECT_LAUNCH_NOTE, "seen")
 

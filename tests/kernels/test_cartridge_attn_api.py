@@ -5,11 +5,13 @@ from __future__ import annotations
 import cartridge_attn
 import pytest
 import torch
+from _cartridge_attn_check import assert_matches, run_fused
 from cartridge_attn import (
     CartridgeAttention,
     NotPlannedError,
     UnsupportedArchitectureError,
     UnsupportedLayoutError,
+    default_prefill_impl,
     kernel_identity,
     random_problem,
 )
@@ -137,3 +139,20 @@ def test_package_does_not_import_qualify() -> None:
 def test_identity_without_launch() -> None:
     ident = kernel_identity()
     assert len(ident["source_sha256"]) == 64 and ident["triton_version"]
+
+
+@pytest.mark.parametrize("live_v", [torch.bfloat16, torch.float8_e4m3fn], ids=["live16", "live8"])
+@pytest.mark.parametrize("mode", ["prefill", "decode"])
+def test_the_serving_plugins_interleaved_pages_match_the_reference(
+    kernel_device: torch.device, live_v: torch.dtype, mode: str
+) -> None:
+    # One K-then-V row per token and head, as the vLLM plugin's cache holds them (FP8 values in the room of D / 2
+    # BF16 ones): the dispatch's prefill (on SM90 the Gluon kernel, reading heads 1.5 D or 2 D apart) and decode.
+    q_lens = [1, 1, 1] if mode == "decode" else [5, 1, 12]
+    pr = random_problem(q_lens, [9, 20, 12], live_v_dtype=live_v, interleaved=True, device=kernel_device)
+    assert pr.live_k.stride(2) > pr.live_k.shape[3]
+    pr.poison_free_slots()
+    o = run_fused(pr)
+    assert o.attn.plan_info.mode == mode
+    assert o.attn.plan_info.config.impl == ("triton" if mode == "decode" else default_prefill_impl(kernel_device))
+    assert_matches(o)

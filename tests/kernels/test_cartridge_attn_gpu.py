@@ -11,7 +11,7 @@ import re
 import pytest
 import torch
 from _cartridge_attn_check import assert_matches, run_fused
-from cartridge_attn import decode_config, kernel_identity, prefill_config, random_problem
+from cartridge_attn import decode_config, default_prefill_impl, kernel_identity, prefill_config, random_problem
 
 pytestmark = pytest.mark.gpu
 QWEN = {"num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128, "page_size": 8, "cartridge_len": 632}
@@ -98,9 +98,12 @@ def test_qwen_prefill_variable_lengths(cart_v: torch.dtype, block_m: int | None,
     o = run_fused(pr, config=cfg)
     assert o.attn.plan_info.mode == "prefill"
     assert_matches(o)  # the numbers first: a variant that compiles as another must still be right
-    # TMA loads compile to the bulk tensor copy (cp.async.bulk.tensor), or the "tma" variant is the pointer one.
-    assert ("cp.async.bulk.tensor" in o.attn.last_compiled.asm["ptx"]) == tma
-    if not ws:
+    # TMA loads compile to the bulk tensor copy (cp.async.bulk.tensor), or the "tma" variant is the pointer one. The
+    # default configuration is the dispatch's, on SM90 with Triton 3.6 the Gluon prefill, whose loads are all TMA.
+    gluon = o.attn.plan_info.config.impl == "gluon"
+    assert gluon == (cfg is None and default_prefill_impl(CUDA) == "gluon")
+    assert ("cp.async.bulk.tensor" in o.attn.last_compiled.asm["ptx"]) == (tma or gluon)
+    if not ws and not gluon:
         assert not _warp_specialized(o.attn.last_compiled)
 
 

@@ -7,8 +7,9 @@ import dataclasses
 
 import pytest
 import torch
-from cartridge_attn import CartridgeAttention, decode_config, prefill_config, random_problem
+from cartridge_attn import CartridgeAttention, decode_config, default_prefill_impl, prefill_config, random_problem
 from cartridge_attn import _kernel as K
+from cartridge_attn import errors as ca_errors
 from cartridge_attn.dispatch import Envelope, dispatch_table, specialization_of
 
 ENVELOPE = Envelope(
@@ -45,15 +46,63 @@ def test_every_decode_input_is_in_one_region_with_the_heuristics_config(
             assert hits[0].config == want, (batch, live)
 
 
+@pytest.fixture(scope="module")
+def gluon_table():
+    return dispatch_table(ENVELOPE, prefill_impl="gluon")
+
+
+@pytest.mark.parametrize("impl", K.IMPLS)
 @pytest.mark.parametrize("group", K.SUPPORTED_GROUPS)
 @pytest.mark.parametrize("num_kv_heads", ENVELOPE.num_kv_heads)
-def test_every_prefill_input_is_in_one_region_with_the_heuristics_config(table, group: int, num_kv_heads: int) -> None:
-    regions = [r for r in table if r.mode == "prefill" and r.group == group and r.head_dim == 128]
+def test_every_prefill_input_is_in_one_region_with_the_heuristics_config(
+    table, gluon_table, impl: str, group: int, num_kv_heads: int
+) -> None:
+    regions = [r for r in (gluon_table if impl == "gluon" else table) if r.mode == "prefill" and r.group == group
+               and r.head_dim == 128]  # fmt: skip
     for tokens in range(2, ENVELOPE.max_query_tokens + 1):
         rows = tokens * group
         hits = [r for r in regions if r.contains(query_rows=rows, num_kv_heads=num_kv_heads)]
         assert len(hits) == 1, (tokens, hits)
-        assert hits[0].config == prefill_config(group, 128, rows=rows, num_kv_heads=num_kv_heads)
+        assert hits[0].config == prefill_config(group, 128, rows=rows, num_kv_heads=num_kv_heads, impl=impl)
+
+
+def test_the_gluon_table_differs_from_the_triton_one_only_in_prefill(table, gluon_table) -> None:
+    assert [r for r in table if r.mode == "decode"] == [r for r in gluon_table if r.mode == "decode"]
+    assert {r.config.impl for r in gluon_table if r.mode == "prefill"} == {"gluon"}
+    assert {r.config.impl for r in table if r.mode == "prefill"} == {"triton"}
+
+
+@pytest.mark.parametrize(
+    ("capability", "problem", "want"),
+    [
+        ((9, 0), None, "gluon"),
+        ((9, 0), "the Gluon prefill is written for Triton 3.6.x's Gluon; this is Triton 3.9.0", "triton"),
+        ((10, 0), None, "triton"),
+        ((8, 9), None, "triton"),
+        (None, None, "triton"),  # no CUDA device, or the interpreter
+    ],
+)
+def test_the_default_prefill_is_gluon_only_where_it_runs(capability, problem, want: str) -> None:
+    assert K.default_prefill_impl(capability, problem) == want
+
+
+def test_a_wrapper_without_prefill_impl_plans_the_devices_default(kernel_device: torch.device) -> None:
+    pr = random_problem([5, 9], [7, 12], device=kernel_device)
+    attn = CartridgeAttention()
+    attn.plan(*pr.page_table(), **pr.plan_kwargs())
+    want = default_prefill_impl(kernel_device)
+    assert attn.plan_info.config.impl == want
+    if kernel_device.type == "cpu":
+        assert want == "triton"
+        with pytest.raises(ca_errors.UnsupportedLayoutError, match="gluon"):
+            CartridgeAttention(prefill_impl="gluon").plan(*pr.page_table(), **pr.plan_kwargs())
+    for impl in K.IMPLS:
+        if impl == "triton" or (kernel_device.type == "cuda" and default_prefill_impl(kernel_device) == "gluon"):
+            named = CartridgeAttention(prefill_impl=impl)
+            named.plan(*pr.page_table(), **pr.plan_kwargs())
+            assert named.plan_info.config.impl == impl
+    with pytest.raises(ca_errors.UnsupportedLayoutError, match="prefill_impl"):
+        CartridgeAttention(prefill_impl="cutlass")
 
 
 def test_decode_regions_switch_where_the_heuristics_do(table) -> None:

@@ -30,7 +30,7 @@ QWEN = {"num_qo_heads": 32, "num_kv_heads": 8, "head_dim": 128, "page_size": 8, 
 
 
 def test_a_wrapper_names_its_prefill_and_nothing_else() -> None:
-    assert CartridgeAttention().prefill_impl == "triton"
+    assert CartridgeAttention().prefill_impl is None  # the dispatch's, per device (default_prefill_impl)
     assert CartridgeAttention(prefill_impl="gluon").prefill_impl == "gluon"
     with pytest.raises(UnsupportedLayoutError, match="prefill_impl"):
         CartridgeAttention(prefill_impl="cutlass")
@@ -185,3 +185,45 @@ def test_each_layers_operands_carry_their_own_expansion(kernel_device: torch.dev
     made = [layer.cartridge_v16.get(layer.cartridge_v) for layer in layers]
     assert made[0] is not made[1]
     assert layers[0].cartridge_v16.get(layers[0].cartridge_v) is made[0]
+
+
+def _interleaved(live_v: torch.dtype, **shape: int):
+    return random_problem([5, 3], [9, 30], live_v_dtype=live_v, interleaved=True, **(QWEN | shape))
+
+
+@pytest.mark.parametrize("live_v", [torch.bfloat16, torch.float8_e4m3fn], ids=["live16", "live8"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_the_serving_plugins_interleaved_pages_are_read_with_their_own_head_columns(
+    live_v: torch.dtype, head_dim: int
+) -> None:
+    # vLLM's pages as the plugin keeps them: K then V in one row per token and head, so heads are 2 D (BF16 V) or
+    # 1.5 D elements (K) and 3 D bytes (FP8 V) apart. The checks that precede the TMA descriptors accept them and
+    # hand the kernel each view's head columns.
+    pr = _interleaved(live_v, head_dim=head_dim)
+    k, v = pr.live_k, pr.live_v
+    v_room = head_dim * live_v.itemsize // 2
+    assert k.stride(2) == head_dim + v_room and v.stride(2) == (head_dim + v_room) * 2 // live_v.itemsize
+    for name, t in (("live K pages", k), ("live V pages", v)):
+        gluon_host._check_tma_rows(name, t, 1, head_dim, heads_adjacent=False)
+    # A row of K and V per token and head is one token's row: its heads lie inside the token stride.
+    assert (k.shape[2] - 1) * k.stride(2) + head_dim <= k.stride(1)
+
+
+def test_layouts_the_gluon_prefill_cannot_read_are_refused_naming_the_tensor_and_the_other_prefill() -> None:
+    pr = random_problem([5, 3], [9, 30], **QWEN)
+    # (pages, H, P, D) in memory viewed as (pages, P, H, D): a head's tokens are adjacent, not a token's heads.
+    hnd_k = pr.live_k.transpose(1, 2).contiguous().transpose(1, 2)
+    with pytest.raises(UnsupportedLayoutError, match=r"live K pages strides.*prefill_impl='triton'"):
+        gluon_host.descriptors(pr.cartridge_k, pr.cartridge_v, hnd_k, pr.live_v, 128, 8)
+    # Heads 8 bytes off a 16-byte boundary (a padded row of D + 4 BF16 values).
+    padded = torch.zeros(*pr.live_v.shape[:3], 132, dtype=torch.bfloat16)[..., :128]
+    with pytest.raises(UnsupportedLayoutError, match=r"live V pages base / token stride / head stride"):
+        gluon_host.descriptors(pr.cartridge_k, pr.cartridge_v.float().to(torch.float16), pr.live_k, padded, 128, 8)
+    # A cartridge whose heads are not adjacent (a slice of a wider one).
+    wide = torch.zeros(632, 8, 256, dtype=torch.bfloat16)[..., :128]
+    with pytest.raises(UnsupportedLayoutError, match=r"cartridge K strides.*heads adjacent"):
+        gluon_host.descriptors(wide, pr.cartridge_v, pr.live_k, pr.live_v, 128, 8)
+    # K and V pages a different number of token rows apart (K from a combined cache, V from a split one).
+    combined_k = random_problem([5, 3], [9, 30], combined=True, **QWEN).live_k
+    with pytest.raises(UnsupportedLayoutError, match="live V pages page stride"):
+        gluon_host.descriptors(pr.cartridge_k, pr.cartridge_v, combined_k, pr.live_v, 128, 8)

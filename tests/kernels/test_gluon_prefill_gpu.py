@@ -81,7 +81,7 @@ def test_long_suffixes_repeat_bitwise_and_agree_with_the_triton_kernel() -> None
     pr = random_problem([512] * 4, [512] * 4, device=CUDA, **_qwen())
     first = run_fused(pr, config=prefill_config(4, 128, impl="gluon"))
     again = run_fused(pr, config=prefill_config(4, 128, impl="gluon"))
-    triton = run_fused(pr)
+    triton = run_fused(pr, config=prefill_config(4, 128))
     assert_matches(first)
     assert torch.equal(first.out, again.out), "two launches on the same inputs differ: a race between partitions"
     assert triton.attn.plan_info.config.impl == "triton"
@@ -140,3 +140,42 @@ def test_wrapper_default_and_identity() -> None:
     assert ident["kernel"] == "cartridge_prefill_ws_kernel" and ident["source_file"] == "_gluon_prefill.py"
     # No partition spills: the producer and stager's warpgroup has the registers the consumers leave (56 or 40).
     assert ident["config"]["impl"] == "gluon" and ident["spills"] == 0 and ident["shared_bytes"] > 0
+
+
+@pytest.mark.parametrize("live_v", [BF16, V8], ids=["live16", "live8"])
+@pytest.mark.parametrize("head_dim", [64, 128])
+def test_the_serving_plugins_interleaved_pages(live_v: torch.dtype, head_dim: int) -> None:
+    # K then V in one row per token and head (vLLM's cache as the plugin keeps it): the producer reads K and V at
+    # their own head columns (1.5 D and 3 D bytes apart with FP8 values), checked against the Triton prefill too.
+    pr = random_problem([3, 40, 130], [17, 40, 200], live_v_dtype=live_v, interleaved=True, device=CUDA,
+                        **_qwen(head_dim=head_dim, page_size=16, cartridge_len=640))  # fmt: skip
+    assert pr.live_k.stride(2) != pr.live_v.stride(2) or live_v == BF16
+    poison_unused_slots(pr)
+    cfg = prefill_config(4, head_dim, impl="gluon", live_v_bits=live_v.itemsize * 8)
+    gluon = run_fused(pr, config=cfg)
+    assert_matches(gluon)
+    triton = run_fused(pr, config=prefill_config(4, head_dim))
+    torch.testing.assert_close(gluon.out.float(), triton.out.float(), rtol=2e-2, atol=2e-2)
+
+
+def test_direct_launches_are_bitwise_the_jit_launch_and_skip_its_binding() -> None:
+    # A layer's operands checked with direct_launch: the second Gluon launch goes through the compiled launcher
+    # (TMA descriptors re-encoded by it), bit-equal to the JIT path; another query stride is another variant.
+    pr = random_problem([40, 7], [90, 30], device=CUDA, **_qwen())
+    attn = CartridgeAttention(prefill_impl="gluon")
+    attn.plan(*pr.page_table(), device=CUDA, **pr.plan_kwargs())
+    layer = attn.check_layer(pr.cartridge_k, pr.cartridge_v, pr.paged_kv, direct_launch=True, **pr.run_kwargs())
+    want = attn.run(pr.q, pr.cartridge_k, pr.cartridge_v, pr.paged_kv, **pr.run_kwargs())
+    for _ in range(2):
+        got = torch.full_like(want, float("nan"))
+        attn.run_layer(pr.q, layer, got)
+        torch.cuda.synchronize()
+        assert torch.equal(got.view(torch.int16), want.view(torch.int16))
+    assert layer.gluon_launches is not None and layer.gluon_launches.direct_launches == 1
+    wide = torch.zeros(*pr.q.shape[:2], 2 * pr.q.shape[2], dtype=pr.q.dtype, device=CUDA)[..., : pr.q.shape[2]]
+    wide.copy_(pr.q)
+    got = torch.full_like(want, float("nan"))
+    attn.run_layer(wide, layer, got)
+    torch.cuda.synchronize()
+    assert layer.gluon_launches.direct_launches == 1  # compiled through the JIT path, not launched as the old variant
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16))

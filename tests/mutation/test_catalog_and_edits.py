@@ -42,7 +42,7 @@ def test_the_catalog_covers_what_the_issue_lists_and_every_edit_applies(tmp_path
 def test_the_gluon_catalog_edits_the_gluon_kernel_only_and_every_edit_applies(tmp_path: Path) -> None:
     # Its gate must be the Gluon gate: run against the Triton gate, every mutant would survive untouched.
     loaded = load_catalog(GLUON_CATALOG)
-    assert [Path(g).name for g in loaded.catalog.gate] == ["numerics_gluon.yaml"]
+    assert [Path(g).name for g in loaded.catalog.gate] == ["kernel_numerics_gluon.yaml"]
     mutants = loaded.catalog.mutants
     assert len(mutants) >= 15 and {m.file for m in mutants} == {"_gluon_prefill.py"}
     assert {"masking", "ragged-ends", "page-table", "packing", "v-scales", "online-softmax"} <= {

@@ -157,7 +157,7 @@ def test_lint_keeps_cascade_and_min_batch_to_decode_cells() -> None:
 def test_the_gluon_envelope_straddles_the_gluon_tile_switch() -> None:
     # The Gluon prefill keeps 128-row tiles down to half the SMs' programs (9 tiles per KV head: 1,152 rows = 288
     # tokens of group 4), not the Triton prefill's 544 tokens: its envelope's edges are its own.
-    path = Path(__file__).parents[2] / "gates" / "gpu" / "numerics_gluon.yaml"
+    path = Path(__file__).parents[2] / "gates" / "kernel_numerics_gluon.yaml"
     items = [i for i in compile_gate_file(path, default_registry()).items
              if i.gate_id == "gluon-envelope-p8" and i.params.live_v == "bf16"]  # fmt: skip
     assert items and all(i.params.prefill_impl == "gluon" for i in items)

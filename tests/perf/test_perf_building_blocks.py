@@ -5,6 +5,7 @@ from __future__ import annotations
 import random
 
 import pytest
+import torch
 
 from qualify.perf import bytes_model as bm
 from qualify.perf.gpu_info import parse_clock_csv
@@ -16,7 +17,10 @@ from qualify.perf.implementations import (
     default_implementations,
     load_ref,
 )
+from qualify.perf.kernel_set import cell_bytes, cell_spec
+from qualify.perf.metrics import metric
 from qualify.perf.ncu import CORE_FIELDS, COUNTERS, available_bases, parse_csv, plan_metrics, range_name
+from qualify.perf.spec import ShapeSet
 
 SHAPE = bm.AttentionShape(num_qo_heads=32, num_kv_heads=8, head_dim=128, cartridge_len=632)
 
@@ -24,7 +28,8 @@ SHAPE = bm.AttentionShape(num_qo_heads=32, num_kv_heads=8, head_dim=128, cartrid
 def test_registry_lists_choices_on_a_miss_and_refuses_collisions() -> None:
     reg = default_implementations()
     assert reg.get_set("kernel").names() == [
-        "fused-k16v8", "fused-k16v16", "fused-k16v8-gluon", "fused-k16v16-gluon", "fused-k16v8-cascade",
+        "fused-k16v8", "fused-k16v16", "fused-k16v8-triton", "fused-k16v8-gluon", "fused-k16v16-gluon",
+        "fused-k16v8-cascade",
         "flashinfer-inject-bf16", "flashinfer-inject-fp8", "flashinfer-shared-pages-bf16", "fa3-shared-pages-bf16",
         "flashinfer-cascade-bf16",
     ]  # fmt: skip
@@ -198,3 +203,19 @@ def test_counters_aggregate_as_their_kind_says_and_name_the_top_stalls(test_seed
     cell = parse_csv("\n".join(rows + extra), [name], plan_all)[name]
     assert cell["stall_selected_pct"] == 99 and "selected" not in cell["top_stalls"]
     assert "not_asked_for" not in str(cell)
+
+
+def test_a_prefill_that_reads_the_cartridges_fp16_expansion_is_counted_at_2_bytes_a_value() -> None:
+    # The Gluon prefill reads an FP8 cartridge's FP16 expansion: its bytes are those of a BF16 cartridge V, while
+    # what it holds (the table's layout) stays K16/V8.
+    shape = ShapeSet(
+        id="t", num_layers=2, num_qo_heads=32, num_kv_heads=8, head_dim=128, page_size=8, cartridge_len=632,
+        batches=[4], suffixes=[128], generated_tokens=8,
+    )  # fmt: skip
+    spec = cell_spec(shape, metric("ttft_proxy_ms"), 4, 128, l2_cold=True, redundant=1, device=torch.device("cpu"),
+                     seed=1)  # fmt: skip
+    held = cell_bytes("fused-k16v8-gluon", spec)
+    read = cell_bytes("fused-k16v8-gluon", spec, cartridge_v_read_bytes=2)
+    assert read == cell_bytes("fused-k16v16-gluon", spec)
+    # The one shared cartridge V, read once per layer: 1 byte more a value.
+    assert read - held == shape.num_layers * 632 * 8 * 128
