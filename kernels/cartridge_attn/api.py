@@ -124,7 +124,7 @@ class LayerOperands:
     launches : DirectLaunches or None
         With ``check_layer(direct_launch=True)``: this layer's compiled kernels, launched without Triton's
         per-call binding after their first launch (`cartridge_attn.launch`); the cascade's and the Gluon
-        prefill's have their own (the Gluon one made at its first launch: it needs Triton 3.6's Gluon).
+        prefill's have their own (the Gluon one only where Triton 3.6's Gluon is installed).
     """
 
     cartridge_k: torch.Tensor
@@ -875,6 +875,10 @@ class CartridgeAttention:
             signature=p.operand_signature,
             launches=DirectLaunches(K.cartridge_attn_kernel) if direct_launch else None,
             cascade_launches=DirectLaunches(cartridge_cascade_kernel) if direct_launch else None,
+            # Only where this process builds the Gluon prefill: its module needs Triton 3.6's Gluon to import.
+            gluon_launches=(
+                gluon_host.direct_launches() if direct_launch and gluon_host.gluon_problem() is None else None
+            ),
         )
 
     def run(
@@ -951,8 +955,6 @@ class CartridgeAttention:
                 layer.descriptors[key] = gluon_host.descriptors(
                     layer.cartridge_k, cart_v, layer.live_k, layer.live_v, cfg.block_n, p.page_size
                 )
-            if layer.launches is not None and layer.gluon_launches is None:
-                layer.gluon_launches = gluon_host.direct_launches()
             self.last_compiled = gluon_host.launch(
                 cfg, p.grid, group=p.num_qo_heads // p.num_kv_heads, head_dim=p.head_dim, page_size=p.page_size,
                 causal=p.causal, cartridge_len=p.cartridge_len, qk_scale=qk_scale, q=q, out=out,

@@ -12,6 +12,7 @@ nothing.
 
 from __future__ import annotations
 
+from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from . import heuristics as H
@@ -41,6 +42,7 @@ _MAXNREG = {2: 168, 1: 128}
 _CONSUMER_REGISTERS = 224
 
 
+@cache
 def gluon_problem() -> str | None:
     """None when this process can build the Gluon prefill, else why not (one line). Reads the installed Triton's
     version only, importing nothing: a host probe asks this at start-up."""
