@@ -32,7 +32,9 @@ WORK=/tmp/graphs-work
 mkdir -p "$WORK"
 export PYTHONUNBUFFERED=1
 source scripts/gpu_lib.sh
-ENVELOPE="numerics-envelope-decode or numerics-envelope-prefill"
+# The Qwen3-8B envelope cells of both prefills: the dispatch's on SM90 with Triton 3.6 is the Gluon one.
+ENVELOPE="numerics-envelope-decode or numerics-envelope-prefill or gluon-envelope-p8"
+NUMERICS_GATES="gates/kernel_numerics.yaml gates/kernel_numerics_gluon.yaml"
 
 case $step in
 kernels)
@@ -46,8 +48,9 @@ kernels)
     log "numerics envelope cells (Qwen3-8B attention), signed"
     rm -rf "$WORK/numerics"
     SECONDS=0
+    # shellcheck disable=SC2086  # NUMERICS_GATES is a list of files
     timeout ${NUMERICS_TIMEOUT_S:-300} python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run \
-      gates/kernel_numerics.yaml -k "$ENVELOPE" --out "$WORK/numerics" --name numerics-envelope-h200 \
+      $NUMERICS_GATES -k "$ENVELOPE" --out "$WORK/numerics" --name numerics-envelope-h200 \
       --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/numerics.log" 2>&1
     echo "exit $? wall ${SECONDS} s"
     tail -n 12 "$WORK/numerics.log"
@@ -86,8 +89,9 @@ checks)
     fi
     log "numerics envelope + engine gate: started in the background (collected by the 'engine' step)"
     rm -rf "$WORK/engine" "$WORK/engine_runs"
+    # shellcheck disable=SC2086  # NUMERICS_GATES is a list of files
     QUALIFY_ENGINE_RUNS_DIR=$WORK/engine_runs setsid nohup python3 -c \
-      'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml \
+      'import sys; from qualify.cli import main; sys.exit(main())' run $NUMERICS_GATES \
       ${ENGINE_GATES:-gates/engine.yaml} -k "$ENVELOPE or ${ENGINE_K:-engine-}" --out "$WORK/engine" \
       --name engine-graphs-h200 --non-release --sign-key "$WORK/keys/signing-key.pem" -- -v >"$WORK/engine.log" 2>&1 &
     echo $! >"$WORK/engine.pid"

@@ -7,7 +7,7 @@
 #        item statuses, the wall-time ratio, and the GPU that ran each item. WARM=1 first runs the selection once
 #        unrecorded, so that neither timed run pays Triton's compiles (on a one-GPU host this checks agreement
 #        only: the ratio there is about the scheduling overhead).
-#        GATES (default gates/kernel_numerics.yaml), K (a -k selection; default: the Qwen3-8B decode envelope and
+#        GATES (default: both numerics files), K (a -k selection; default: the Qwen3-8B decode envelope and
 #        the hand-written cells), GPUS, TIMEOUT (per run, default 240 s).
 # Everything comes back under $OUT: each run's log and report, compare.json, and the public key.
 set -uo pipefail
@@ -18,7 +18,7 @@ WORK=/tmp/multi-work
 mkdir -p "$WORK"
 export PYTHONUNBUFFERED=1
 source scripts/gpu_lib.sh
-GATES=${GATES:-gates/kernel_numerics.yaml}
+GATES=${GATES:-gates/kernel_numerics.yaml gates/kernel_numerics_gluon.yaml}
 K=${K:-numerics-original or numerics-envelope-decode or numerics-envelope-p16-decode}
 GPUS=${GPUS:-auto}
 limit=${TIMEOUT:-240}

@@ -11,7 +11,7 @@ python3 -m pytest -q -m gpu -rs tests/kernels tests/numerics -p no:cacheprovider
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 keys=$(mktemp -d)/keys
 python3 -m qualify.cli keygen --out "$keys" >/dev/null
-python3 -m qualify.cli run gates/kernel_numerics.yaml --out "$out" --name numerics-h200 \
+python3 -m qualify.cli run gates/kernel_numerics.yaml gates/kernel_numerics_gluon.yaml --out "$out" --name numerics-h200 \
   --sign-key "$keys/signing-key.pem" --non-release -- -q 2>&1 | tee "$out/qualify_numerics.log" | tail -n 25
 [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 cp "$keys/signing-key.pub.pem" "$out/numerics-h200.pub.pem"

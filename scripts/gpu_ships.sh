@@ -35,7 +35,7 @@ numerics)
     log "numerics + perf-shared-vs-inject-fp8 in one run (coverage)"
     SECONDS=0
     timeout ${COVERAGE_TIMEOUT_S:-420} python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml \
-      gates/perf.yaml -k "numerics or perf-shared-vs-inject-fp8" --out "$WORK/coverage" --name coverage-perf-h200 \
+      gates/kernel_numerics_gluon.yaml gates/perf.yaml -k "numerics or gluon or perf-shared-vs-inject-fp8" --out "$WORK/coverage" --name coverage-perf-h200 \
       --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/coverage.log" 2>&1
     echo "exit $? wall ${SECONDS} s"
     tail -n 30 "$WORK/coverage.log"
@@ -69,8 +69,9 @@ engine)
     rm -rf "$WORK/engine" "$WORK/engine_runs"
     log "numerics envelope cells + engine-shared-vs-inject (tokens/s) in one run (coverage)"
     QUALIFY_ENGINE_RUNS_DIR=$WORK/engine_runs timeout 540 python3 -c \
-      'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml gates/engine.yaml \
-      -k "numerics-envelope-decode or numerics-envelope-prefill or (engine-shared-vs-inject and output_tokens)" \
+      'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml \
+      gates/kernel_numerics_gluon.yaml gates/engine.yaml -k "numerics-envelope-decode or numerics-envelope-prefill or \
+      gluon-envelope-p8 or (engine-shared-vs-inject and output_tokens)" \
       --out "$WORK/engine" --name coverage-engine-h200 --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q \
       >"$WORK/engine.log" 2>&1
     echo "exit $?"
