@@ -69,8 +69,8 @@ def main() -> int:
         variant = specialization_of(attn.plan_info).key
         rows.append({"kind": kind, "requests": n, "size_class": size_class, "variant": variant,
                      "first_ms": first, "second_ms": second})  # fmt: skip
-    source = Path(K.__file__).resolve()
-    print(f"kernel: {source}")
+    source = Path(K.__file__).resolve().parent
+    print(f"kernels: {source} (a variant ending in 'gl' is the Gluon prefill, _gluon_prefill.py)")
     print("| kind | requests | size class | variant | first launch ms | second ms |")
     print("| --- | --- | --- | --- | --- | --- |")
     for r in rows:

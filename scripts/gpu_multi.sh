@@ -7,8 +7,8 @@
 #        item statuses, the wall-time ratio, and the GPU that ran each item. WARM=1 first runs the selection once
 #        unrecorded, so that neither timed run pays Triton's compiles (on a one-GPU host this checks agreement
 #        only: the ratio there is about the scheduling overhead).
-#        GATES (default: both numerics files), K (a -k selection; default: the Qwen3-8B decode envelope and
-#        the hand-written cells), GPUS, TIMEOUT (per run, default 240 s).
+#        GATES (default: both numerics files, so that K may select either prefill's cells), K (a -k selection;
+#        default: the Qwen3-8B decode envelope and the hand-written cells), GPUS, TIMEOUT (per run, default 240 s).
 # Everything comes back under $OUT: each run's log and report, compare.json, and the public key.
 set -uo pipefail
 OUT=${OUT:-gpu-out}

@@ -34,8 +34,8 @@ numerics)
     rm -rf "$WORK/coverage"  # scratch: a rerun on a warm host replaces the last one
     log "numerics + perf-shared-vs-inject-fp8 in one run (coverage)"
     SECONDS=0
-    timeout ${COVERAGE_TIMEOUT_S:-420} python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml \
-      gates/kernel_numerics_gluon.yaml gates/perf.yaml -k "numerics or gluon or perf-shared-vs-inject-fp8" --out "$WORK/coverage" --name coverage-perf-h200 \
+    timeout ${COVERAGE_TIMEOUT_S:-560} python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' run gates/kernel_numerics.yaml \
+      gates/kernel_numerics_gluon.yaml gates/perf.yaml -k "numerics or perf-shared-vs-inject-fp8" --out "$WORK/coverage" --name coverage-perf-h200 \
       --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q >"$WORK/coverage.log" 2>&1
     echo "exit $? wall ${SECONDS} s"
     tail -n 30 "$WORK/coverage.log"

@@ -21,10 +21,10 @@
 #        gates/kernel_numerics_gluon.yaml, both prefills, in one signed run) and `qualify mutants` of the Triton kernel
 #        (JOBS at once, 8 by default, signed) side by side: correctness items only, so sharing the GPU changes no
 #        verdict; MUTANTS=0 leaves out the mutation run,
-#        MUTANTS=only runs it alone (the gate grew past what fits beside it in one call's 600 s); GPUS=auto spreads
-#        the numerics items over every GPU of a multi-GPU kind (596 items took 530 s on one H200); UNMUTATED=killing-items
-#        runs the mutants' unmutated copy after them on their killing items only (694 items took 405 s alone on an H100);
-#        GPUS=auto WORKERS_PER_GPU=4 runs the numerics gate with 4 workers on each GPU (correctness items only)
+#        MUTANTS=only runs it alone (the gate grew past what fits beside it in one call's 600 s); the numerics items
+#        run on every GPU (GPUS, default auto) with 4 workers each (WORKERS_PER_GPU; 819 items took 188 s on one
+#        H100); UNMUTATED=killing-items runs the mutants' unmutated copy after them on their killing items only (694
+#        items took 405 s alone on an H100)
 #   K="numerics-envelope-decode or ..." bash scripts/gpu_speed.sh numerics-part   (carry .gpu) the numerics gate's
 #        items that K selects, in one signed run (INCOMPLETE by design: the rest is deselected)
 #   bash scripts/gpu_speed.sh targets            (carry .gpu/setup.sh, .vllm/3, .vllm/MANIFEST, .vllm/stage.sh,
@@ -186,8 +186,10 @@ qualify)
     numerics=""
     if [ "${MUTANTS:-1}" != only ]; then
       # shellcheck disable=SC2086
+      # 819 items: 188 s with 4 workers on one H100 (2026-12-06), past 560 s serially; the workers share the GPU only
+      # because these are correctness items (WORKERS_PER_GPU=1 runs them one at a time).
       signed_run numerics numerics-h200 "${NUMERICS_LIMIT:-560}" gates/kernel_numerics.yaml \
-        gates/kernel_numerics_gluon.yaml ${GPUS:+--gpus "$GPUS"} ${WORKERS_PER_GPU:+--workers-per-gpu "$WORKERS_PER_GPU"} &
+        gates/kernel_numerics_gluon.yaml --gpus "${GPUS:-auto}" --workers-per-gpu "${WORKERS_PER_GPU:-4}" &
       numerics=$!
     fi
     if [ "${MUTANTS:-1}" != 0 ]; then

@@ -39,8 +39,6 @@ from .heuristics import (  # noqa: F401  (re-exported: the API and the tests rea
     DECODE_SPLIT_NARROW_KEYS,
     DECODE_WIDE_MAX_BATCH,
     DECODE_WIDE_MIN_LIVE,
-    GLUON_CAPABILITY,
-    GLUON_PREFILL_BY_DEFAULT,
     GPU_SMS,
     IMPLS,
     PREFILL_GRID_SMS,

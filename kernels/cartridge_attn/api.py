@@ -40,12 +40,18 @@ def _has_grid_dependency_control(device: torch.device) -> bool:
 
 
 @cache
-def default_prefill_impl(device: torch.device) -> str:
+def _capability(device: torch.device) -> tuple[int, int]:
+    return torch.cuda.get_device_capability(device)
+
+
+def default_prefill_impl(device: torch.device | str) -> str:
     """The prefill a wrapper without ``prefill_impl`` launches on ``device``: the Gluon kernel where it runs (an
     SM90 device with Triton 3.6), the Triton kernel elsewhere (`heuristics.default_prefill_impl`)."""
-    cuda = device.type == "cuda" and not K.INTERPRETED
-    capability = torch.cuda.get_device_capability(device) if cuda else None
-    return K.default_prefill_impl(capability, gluon_host.gluon_problem())
+    device = torch.device(device)
+    if device.type != "cuda" or K.INTERPRETED:
+        return K.default_prefill_impl(None, gluon_host.gluon_problem())
+    index = torch.cuda.current_device() if device.index is None else device.index
+    return K.default_prefill_impl(_capability(torch.device("cuda", index)), gluon_host.gluon_problem())
 
 
 def _dtype_name(dt: torch.dtype) -> str:

@@ -273,9 +273,10 @@ def compile_offline(
     Dtypes are torch names; an FP8 cartridge is built as the launch takes it, its FP16 expansion with the scale
     applied in the kernel (:class:`CartridgeV16`). The signature is what a launch on a serving engine's buffers
     specializes: 32-bit integers, pointers 16-byte aligned, query / output strides and live head columns that are
-    multiples of 16 elements (heads of 64 or 128; a head stride is a multiple of 16 bytes), which let the query
-    loads take 16-byte vectors (unaligned, they are built as 2-byte loads); the lengths (``cart_len``,
-    ``page_rows``) are left unspecialized, as they are where they are not multiples of 16.
+    multiples of 16 (heads of 64 or 128 elements: the columns are D, 1.5 D, 2 D or 3 D in the layouts served), which
+    let the query loads take 16-byte vectors (unaligned, they are built as 2-byte loads); the lengths (``cart_len``,
+    ``page_rows``) are left unspecialized, as they are where they are not multiples of 16. A layout whose head
+    columns are not multiples of 16 (allowed: 16 bytes suffice) compiles its own variant at its first launch.
     ``kernel`` replaces the shipped kernel function (a mutant's, loaded from its copy of the source).
     """
     import triton

@@ -105,9 +105,9 @@ class KernelNumericsParams(KindParams):
     case: ContractCase | None = None
     envelope: NumericsEnvelope | None = None
     second_oracle: Literal["auto", "flashinfer", "none"] = "auto"
-    # The prefill kernel the wrapper is built with (`CartridgeAttention(prefill_impl=...)`): a second
-    # implementation is qualified by the same cells side by side before the dispatch may choose it. Decode cells
-    # always run the Triton kernel.
+    # The prefill kernel the wrapper is built with (`CartridgeAttention(prefill_impl=...)`), named so that each
+    # prefill the dispatch can take (the Gluon one on SM90 with Triton 3.6, the Triton one elsewhere) is qualified
+    # by its own cells side by side. Decode cells always run the Triton kernel.
     prefill_impl: Literal["triton", "gluon"] = "triton"
     # The wrapper's decode cascade (`CartridgeAttention(decode_cascade=...)`): None leaves it to the dispatch, True
     # qualifies the cascade side by side before the dispatch chooses it by itself, False the fused walk alone.

@@ -42,7 +42,14 @@ from vllm.v1.attention.backend import (
 )
 from vllm.v1.attention.backends.utils import get_kv_cache_layout
 
-from qualify.serve.config import CartridgeServingError, Mode, checked_serving, layer_order, live_v_width
+from qualify.serve.config import (
+    CartridgeServingError,
+    Mode,
+    checked_serving,
+    layer_order,
+    live_v_width,
+    prefill_impl_for_cache_layout,
+)
 from qualify.serve.dispatch_log import DIRECT_LAUNCH_NOTE, DispatchLog
 from qualify.serve.plugin import require_supported_vllm
 from qualify.serve.store import LayerCartridge, load_layers
@@ -93,6 +100,7 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
             if isinstance(impl, CartridgeAttentionImpl):
                 impl.release_binding()
         self.dispatch_log = DispatchLog()
+        self.prefill_impl = prefill_impl_for_cache_layout(get_kv_cache_layout())
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.max_graph_batch = _max_full_graph_batch(vllm_config)
         self.workspace = DecodeWorkspace(
@@ -120,7 +128,7 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
         if n <= self.max_graph_batch and max(query_lens) == 1:
             # A batch a full graph may replay: planned as the capture planned it (see the module docstring).
             max_seq_len = self.max_model_len
-        attn = CartridgeAttention()
+        attn = CartridgeAttention(prefill_impl=self.prefill_impl)
         attn.plan_block_table(
             m.query_start_loc,
             query_lens,

@@ -42,6 +42,14 @@ def live_v_width(head_dim: int, live_value_dtype: str) -> int:
     return head_dim // 2 if live_value_dtype == "fp8_e4m3" else head_dim
 
 
+def prefill_impl_for_cache_layout(layout: str) -> str | None:
+    """The prefill the backend's wrappers name over vLLM's KV cache `layout`: None (the dispatch's: the Gluon prefill
+    on SM90 with Triton 3.6) for NHD, whose token rows hold every head's K and V side by side, so that a head is a
+    column range the Gluon prefill's TMA boxes read; the Triton prefill for HND, whose heads are a page of rows
+    apart, which those boxes cannot address."""
+    return None if layout == "NHD" else "triton"
+
+
 class CartridgeServingError(QualifyError):
     """An engine configuration that cannot serve the cartridge correctly (raised before anything is served)."""
 

@@ -11,6 +11,7 @@ from cartridge_attn import CartridgeAttention, decode_config, default_prefill_im
 from cartridge_attn import _kernel as K
 from cartridge_attn import errors as ca_errors
 from cartridge_attn.dispatch import Envelope, dispatch_table, specialization_of
+from cartridge_attn.gluon_host import gluon_problem
 
 ENVELOPE = Envelope(
     max_batch=80, max_live=1100, max_query_tokens=700, num_kv_heads=(1, 8, 32), cartridge_lens=(632, 16)
@@ -90,10 +91,12 @@ def test_a_wrapper_without_prefill_impl_plans_the_devices_default(kernel_device:
     pr = random_problem([5, 9], [7, 12], device=kernel_device)
     attn = CartridgeAttention()
     attn.plan(*pr.page_table(), **pr.plan_kwargs())
-    want = default_prefill_impl(kernel_device)
-    assert attn.plan_info.config.impl == want
+    # Said independently of default_prefill_impl: the Gluon prefill exactly on SM90 with Triton 3.6, compiled.
+    sm90 = kernel_device.type == "cuda" and torch.cuda.get_device_capability(kernel_device) == (9, 0)
+    want = "gluon" if sm90 and not K.INTERPRETED and gluon_problem() is None else "triton"
+    assert attn.plan_info.config.impl == want == default_prefill_impl(kernel_device)
+    assert default_prefill_impl(str(kernel_device)) == want  # a device name is taken too
     if kernel_device.type == "cpu":
-        assert want == "triton"
         with pytest.raises(ca_errors.UnsupportedLayoutError, match="gluon"):
             CartridgeAttention(prefill_impl="gluon").plan(*pr.page_table(), **pr.plan_kwargs())
     for impl in K.IMPLS:

@@ -187,26 +187,49 @@ def test_each_layers_operands_carry_their_own_expansion(kernel_device: torch.dev
     assert layers[0].cartridge_v16.get(layers[0].cartridge_v) is made[0]
 
 
-def _interleaved(live_v: torch.dtype, **shape: int):
-    return random_problem([5, 3], [9, 30], live_v_dtype=live_v, interleaved=True, **(QWEN | shape))
+class _RecordedDescriptor:
+    """Stands in for Gluon's host TensorDescriptor: what the TMA unit would be told."""
+
+    def __init__(self, base, shape, strides, block_shape, layout) -> None:
+        self.base, self.shape, self.strides, self.block_shape = base, shape, strides, block_shape
 
 
 @pytest.mark.parametrize("live_v", [torch.bfloat16, torch.float8_e4m3fn], ids=["live16", "live8"])
 @pytest.mark.parametrize("head_dim", [64, 128])
-def test_the_serving_plugins_interleaved_pages_are_read_with_their_own_head_columns(
-    live_v: torch.dtype, head_dim: int
+@pytest.mark.parametrize("layout", ["separate", "combined", "interleaved"])
+def test_live_views_are_described_with_their_own_rows_and_head_columns(
+    monkeypatch: pytest.MonkeyPatch, live_v: torch.dtype, head_dim: int, layout: str
 ) -> None:
-    # vLLM's pages as the plugin keeps them: K then V in one row per token and head, so heads are 2 D (BF16 V) or
-    # 1.5 D elements (K) and 3 D bytes (FP8 V) apart. The checks that precede the TMA descriptors accept them and
-    # hand the kernel each view's head columns.
-    pr = _interleaved(live_v, head_dim=head_dim)
-    k, v = pr.live_k, pr.live_v
-    v_room = head_dim * live_v.itemsize // 2
-    assert k.stride(2) == head_dim + v_room and v.stride(2) == (head_dim + v_room) * 2 // live_v.itemsize
-    for name, t in (("live K pages", k), ("live V pages", v)):
-        gluon_host._check_tma_rows(name, t, 1, head_dim, heads_adjacent=False)
-    # A row of K and V per token and head is one token's row: its heads lie inside the token stride.
-    assert (k.shape[2] - 1) * k.stride(2) + head_dim <= k.stride(1)
+    # vLLM's split caches, FlashInfer's combined one and the serving plugin's pages (K then V in one row per token
+    # and head: heads 2 D apart, or 1.5 D elements and 3 D bytes with FP8 values). Each live view becomes a 2-D
+    # (token rows, columns) box source whose heads are its head stride apart, and nothing past a token's row.
+    if layout == "combined" and live_v != torch.bfloat16:
+        pytest.skip("the combined layout holds K and V in one dtype")
+    hopper = pytest.importorskip("triton.experimental.gluon.nvidia.hopper")
+    monkeypatch.setattr(hopper, "TensorDescriptor", _RecordedDescriptor)
+    monkeypatch.setattr(gluon_host, "_shared_layout", lambda block, dtype: None)
+    monkeypatch.setattr(gluon_host, "_gl_dtype", lambda t: t.dtype)
+    pr = random_problem([5, 3], [9, 30], live_v_dtype=live_v, combined=layout == "combined",
+                        interleaved=layout == "interleaved", **(QWEN | {"head_dim": head_dim}))  # fmt: skip
+    cart_v = pr.cartridge_v.to(torch.float16)
+    ck, cv, lk, lv, page_rows, lk_cols, lv_cols = gluon_host.descriptors(
+        pr.cartridge_k, cart_v, pr.live_k, pr.live_v, 128, 8
+    )
+    h_kv, n_pages = 8, pr.live_k.shape[0]
+    for desc, cart in ((ck, pr.cartridge_k), (cv, cart_v)):
+        assert desc.base is cart and (desc.shape, desc.strides, desc.block_shape) == (
+            [632, h_kv * head_dim], [h_kv * head_dim, 1], [128, head_dim]
+        )  # fmt: skip
+    assert page_rows == {"separate": 8, "combined": 16, "interleaved": 8}[layout]
+    v_room = head_dim * live_v.itemsize // 2  # BF16 elements a token's values take in an interleaved row
+    want_cols = {"separate": (head_dim, head_dim), "combined": (head_dim, head_dim),
+                 "interleaved": (head_dim + v_room, (head_dim + v_room) * 2 // live_v.itemsize)}[layout]  # fmt: skip
+    assert (lk_cols, lv_cols) == want_cols
+    for desc, view, cols in ((lk, pr.live_k, lk_cols), (lv, pr.live_v, lv_cols)):
+        token_stride = view.stride(1)
+        assert desc.base is view and desc.block_shape == [8, head_dim]
+        assert desc.shape == [(n_pages - 1) * page_rows + 8, (h_kv - 1) * cols + head_dim]
+        assert desc.strides == [token_stride, 1] and desc.shape[1] <= token_stride
 
 
 def test_layouts_the_gluon_prefill_cannot_read_are_refused_naming_the_tensor_and_the_other_prefill() -> None:

@@ -412,3 +412,29 @@ def test_the_engine_settings_choose_the_shared_backend_s_launch_path(launch: str
     settings = EngineSettings(model_dir="fixtures/qwen3_small", kernel_launch=launch)
     kwargs = llm_kwargs(layout("shared-k16v8"), tmp_path / "c.safetensors", 16, settings)
     assert serving_config(kwargs["additional_config"]).kernel_launch == launch
+
+
+@pytest.mark.parametrize("layout", ["NHD", "HND"])
+def test_the_backend_names_the_triton_prefill_only_where_the_gluon_one_cannot_read_the_cache(layout: str) -> None:
+    # The backend's views of vLLM's cache (logical (blocks, H, block, 2 D), stored in `layout`'s order), as its
+    # _bind takes them: the Gluon prefill's layout checks accept NHD's and refuse HND's, so the backend leaves NHD to
+    # the dispatch and names the Triton prefill for HND.
+    import torch
+    from cartridge_attn import UnsupportedLayoutError, gluon_host
+
+    from qualify.serve.config import prefill_impl_for_cache_layout
+
+    blocks, h_kv, block, d = 6, 8, 16, 128
+    physical = (blocks, block, h_kv, 2 * d) if layout == "NHD" else (blocks, h_kv, block, 2 * d)
+    stored = torch.zeros(physical, dtype=torch.bfloat16)
+    kv = stored.transpose(1, 2) if layout == "NHD" else stored  # logical (blocks, H, block, 2 D)
+    pages = kv.transpose(1, 2)
+    views = (("live K pages", pages[..., :d]), ("live V pages", pages[..., d:]))
+    impl = prefill_impl_for_cache_layout(layout)
+    if impl is None:
+        for name, view in views:
+            gluon_host._check_tma_rows(name, view, 1, d, heads_adjacent=False)
+    else:
+        assert impl == "triton"
+        with pytest.raises(UnsupportedLayoutError, match="every head inside its token's row"):
+            gluon_host._check_tma_rows(*views[0], 1, d, heads_adjacent=False)
