@@ -80,7 +80,8 @@ class KernelNumericsParams(KindParams):
     num_qo_heads: int = Field(default=32, ge=1)
     num_kv_heads: int = Field(default=8, ge=1)
     # How the live pages are stored: K and V apart (vLLM's split caches), FlashInfer's combined (pages, 2, ...) cache,
-    # or one K-then-V row per token and head as the serving plugin's vLLM cache holds them (heads 2 x D apart).
+    # or one K-then-V row per token and head as the serving plugin's vLLM cache holds them (a head's keys 2 D BF16
+    # elements from the next, or 1.5 D with FP8 values, which sit 3 D bytes apart).
     kv_layout: Literal["separate", "combined", "interleaved"] = "separate"
     fp8_scale: bool = True
     # NaN in every cache slot no request owns (cartridge_attn.AttentionProblem.poison_free_slots): reading past a
