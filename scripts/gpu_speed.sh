@@ -43,6 +43,9 @@
 #        prefills (scripts/host_overhead.py), then gates/kernel_numerics_gluon.yaml with the Triton kernel's
 #        padding-key cells (signed) and `qualify mutants mutation/cartridge_attn_gluon.yaml` (signed) side by side,
 #        only if everything before passed (GLUON_GATES=0 stops before them; GLUON_SMOKE=0 skips the smoke)
+#   bash scripts/gpu_speed.sh requalify-gluon    (carry .gpu) after a change to the Gluon prefill's dispatch: its GPU
+#        tests and the dispatch's, then the default numerics gates (both files, signed, GPUS x WORKERS_PER_GPU workers)
+#        and `qualify mutants mutation/cartridge_attn_gluon.yaml` (signed) side by side
 #   bash scripts/gpu_speed.sh gluon-bench COMMIT (carry .gpu) prefill per layer of the Triton and Gluon kernels
 #        beside FlashInfer's FA3 over shared pages (bench_attention.py, L2 cold, CUDA graphs); GLUON_SWEEP=1 then
 #        sweeps the Gluon prefill's tile shapes and ring depths (bench_attention.py --tune --prefill-impls gluon)
@@ -57,7 +60,7 @@
 set -uo pipefail
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-step=${1:?usage: gpu_speed.sh sweep|shapes|gluon-bench|gluon-profile|cascade COMMIT, or qualify|numerics-part|targets|prefill|counters|gluon|gluon-perf|cascade-qualify|cascade-perf}
+step=${1:?usage: gpu_speed.sh sweep|shapes|gluon-bench|gluon-profile|cascade COMMIT, or qualify|numerics-part|targets|prefill|counters|gluon|requalify-gluon|gluon-perf|cascade-qualify|cascade-perf}
 commit=${2:-unknown}
 WORK=/tmp/speed-work
 mkdir -p "$WORK"
@@ -279,6 +282,34 @@ gluon)
   } 2>&1 | tee "$OUT/step.log"
   tar -C "$WORK" -czf "$OUT/gluon.tar.gz" gluon-numerics gluon-numerics.log gluon-mutation gluon-mutation.log \
     keys/signing-key.pub.pem $(cd "$WORK" && ls smoke-*.log) 2>/dev/null
+  ;;
+requalify-gluon)
+  {
+    source .gpu/setup.sh >/dev/null 2>&1
+    install; keys
+    gpu
+    log "GPU tests: the Gluon prefill and the dispatch"
+    timeout "${GLUON_TESTS_S:-200}" python3 -m pytest tests/kernels/test_gluon_prefill_gpu.py \
+      tests/kernels/test_gluon_api.py tests/kernels/test_dispatch.py -q -rs -n 8 -p no:cacheprovider \
+      >"$OUT/gluon-tests.log" 2>&1
+    rc=$?
+    echo "pytest exit $rc"
+    grep -E "passed|failed|^FAILED|^ERROR" "$OUT/gluon-tests.log" | tail -n 12
+    if [ "$rc" -eq 0 ]; then
+      rm -rf "$WORK/numerics" "$WORK/gluon-mutation"
+      log "the default numerics gates and the Gluon prefill's mutants, side by side"
+      # shellcheck disable=SC2086
+      signed_run numerics numerics-h200 "${NUMERICS_LIMIT:-400}" gates/kernel_numerics.yaml \
+        gates/kernel_numerics_gluon.yaml --gpus "${GPUS:-auto}" --workers-per-gpu "${WORKERS_PER_GPU:-4}" &
+      numerics=$!
+      signed_mutants gluon-mutation mutation-gluon-h200 400 8 "${EACH_S:-360}" mutation/cartridge_attn_gluon.yaml
+      wait "$numerics"
+      tail -n 25 "$WORK/numerics.log"
+      grep -E "survived|broken|inconclusive|verdict" "$WORK/gluon-mutation.log" | tail -n 6
+    fi
+  } 2>&1 | tee "$OUT/step.log"
+  tar -C "$WORK" -czf "$OUT/requalify-gluon.tar.gz" numerics numerics.log gluon-mutation gluon-mutation.log \
+    keys/signing-key.pub.pem 2>/dev/null
   ;;
 gluon-bench)
   {

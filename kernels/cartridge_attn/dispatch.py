@@ -168,6 +168,9 @@ def prefill_regions(
     # 128-row tiles are taken once (rows // 128) * H_kv reaches the implementation's program count, i.e. from this
     # many rows on.
     cut = 128 * -(-K.prefill_grid_sms(impl) // num_kv_heads)
+    cuts = {cut}
+    if impl == "gluon" and head_dim == K.GLUON_TWO_PER_SM_HEAD_DIM:
+        cuts.add(K.GLUON_TWO_PER_SM_MAX_ROWS + 1)  # 128 x 128 tiles again past the two-per-SM ones
     cells = [
         Region(
             "prefill",
@@ -178,7 +181,7 @@ def prefill_regions(
             num_kv_heads=num_kv_heads,
         )
         # From two query tokens: a batch of one query in all is a decode launch (every request has one query).
-        for r0, r1 in _intervals(2 * group, max_query_tokens * group, {cut})
+        for r0, r1 in _intervals(2 * group, max_query_tokens * group, cuts)
     ]
     return _merge(cells, "query_rows", "num_kv_heads")
 

@@ -174,6 +174,13 @@ PREFILL_GRID_SMS = GPU_SMS  # fewer 128-row tiles x KV heads than this: prefill 
 # batch 1, 512-token suffixes, 128 programs: 31.3 us with 128 rows, 44.8 with 64; 128 tokens, 32 programs: 23.3
 # against 19.2).
 GLUON_PREFILL_GRID_SMS = GPU_SMS // 2
+# Above that, up to this many query rows, the Gluon prefill at head_dim 128 takes 64 x 64 tiles over 2 stages: 82 KB
+# of shared memory and 128 registers a thread let two programs share an SM, so that one's prologue (Q and the first
+# tiles' loads) and epilogue (the output's stores) overlap the other's main loop. H100 sweep, two runs
+# (results/2026-12-06-gluon-two-per-sm-h100): 6 % less time than 128 x 128 tiles at 16 and 64 requests of 128
+# tokens (8,192 and 32,768 rows), a tie at 16 x 512 (32,768 rows), 1-3 % more at 64 x 512 (131,072 rows).
+GLUON_TWO_PER_SM_MAX_ROWS = 32768
+GLUON_TWO_PER_SM_HEAD_DIM = 128  # the head_dim it was measured at
 
 
 def _pow2_at_least(x: int) -> int:
@@ -327,6 +334,19 @@ def prefill_grid_sms(impl: str = "triton") -> int:
     return GLUON_PREFILL_GRID_SMS if impl == "gluon" else PREFILL_GRID_SMS
 
 
+def _small_grid(rows: int | None, num_kv_heads: int | None, impl: str) -> bool:
+    """Whether 128-row tiles of this many query rows would leave ``impl``'s programs short of its SM count."""
+    return rows is not None and num_kv_heads is not None and (rows // 128) * num_kv_heads < prefill_grid_sms(impl)
+
+
+def gluon_two_per_sm(head_dim: int, rows: int | None, num_kv_heads: int | None) -> bool:
+    """Whether the Gluon prefill's default for this many query rows is the 64 x 64 tile that two programs per SM
+    share (between the small-grid cut and GLUON_TWO_PER_SM_MAX_ROWS, at GLUON_TWO_PER_SM_HEAD_DIM)."""
+    if rows is None or num_kv_heads is None or head_dim != GLUON_TWO_PER_SM_HEAD_DIM:
+        return False
+    return not _small_grid(rows, num_kv_heads, "gluon") and rows <= GLUON_TWO_PER_SM_MAX_ROWS
+
+
 def prefill_config(
     group: int,
     head_dim: int,
@@ -347,16 +367,20 @@ def prefill_config(
     ``rows`` (total query rows, i.e. query tokens x group) and ``num_kv_heads`` let the default drop to
     64-row tiles when 128-row tiles would leave SMs idle (for the Gluon kernel, half of them). ``impl="gluon"``
     gives the Gluon kernel's configuration: 128 x 128 tiles over a 2-stage ring at head_dim 128
-    (3 stages at 64), one consumer warpgroup per 64 rows; 64-key tiles where the live V bit width would need
+    (3 stages at 64), one consumer warpgroup per 64 rows; 64 x 64 tiles, two programs per SM, from the small-grid
+    cut up to GLUON_TWO_PER_SM_MAX_ROWS at head_dim 128; 64-key tiles where the live V bit width would need
     more shared memory than SM90 has (the Gluon kernel's cartridge V is 16-bit whatever the served dtype).
     """
-    small_grid = rows is not None and num_kv_heads is not None and (rows // 128) * num_kv_heads < prefill_grid_sms(impl)
+    small_grid = _small_grid(rows, num_kv_heads, impl)
+    two_per_sm = impl == "gluon" and gluon_two_per_sm(head_dim, rows, num_kv_heads)
     if block_m is None:
-        block_m = 64 if small_grid else 128
+        block_m = 64 if small_grid or two_per_sm else 128
     if impl == "gluon":
+        # Only the whole 64 x 64 x 2-stage tile fits two programs per SM: a caller's own rows or stages keep 128 keys.
+        narrow = two_per_sm and block_m == 64 and num_stages is None
         cfg = KernelConfig(
             block_m=block_m,
-            block_n=block_n if block_n is not None else 128,
+            block_n=block_n if block_n is not None else (64 if narrow else 128),
             reqs_per_program=1,
             num_warps=num_warps if num_warps is not None else 4,
             num_stages=num_stages if num_stages is not None else (2 if head_dim == 128 else 3),

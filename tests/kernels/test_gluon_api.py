@@ -41,13 +41,25 @@ def test_configurations_say_what_they_are() -> None:
     assert (cfg.block_m, cfg.block_n, cfg.num_warps, cfg.num_stages, cfg.impl) == (128, 128, 4, 2, "gluon")
     assert cfg.tag == "m128n128r1w4s2gl" and not prefill_config(4, 128).tag.endswith("gl")
     assert prefill_config(4, 64, impl="gluon").num_stages == 3
-    # Small grids take one consumer warpgroup, as the Triton prefill takes 64-row tiles, but only below half the
-    # SMs: 128 programs of 128 rows keep 128 rows (the Triton prefill drops to 64 there).
-    assert prefill_config(4, 128, rows=64 * 4, num_kv_heads=8, impl="gluon").block_m == 64
-    assert prefill_config(4, 128, rows=512 * 4, num_kv_heads=8, impl="gluon").block_m == 128
+
+    # Small grids take one consumer warpgroup over 128 keys, as the Triton prefill takes 64-row tiles, but only below
+    # half the SMs (the Triton prefill drops to 64 rows below all of them).
+    def tile(tokens: int, head_dim: int = 128, **kw: object) -> tuple[int, int, int]:
+        c = prefill_config(4, head_dim, rows=tokens * 4, num_kv_heads=8, impl="gluon", **kw)
+        return c.block_m, c.block_n, c.num_stages
+
+    assert tile(64) == tile(287) == (64, 128, 2)
     assert prefill_config(4, 128, rows=512 * 4, num_kv_heads=8).block_m == 64
-    assert prefill_config(4, 128, rows=288 * 4, num_kv_heads=8, impl="gluon").block_m == 128
-    assert prefill_config(4, 128, rows=256 * 4, num_kv_heads=8, impl="gluon").block_m == 64
+    # Above that, up to 32,768 rows, 64 x 64 tiles over 2 stages that two programs share an SM with; then 128 x 128.
+    assert tile(288) == tile(512) == tile(8192) == (64, 64, 2)
+    assert tile(8193) == tile(65536) == (128, 128, 2)
+    assert tile(288, live_v_bits=8) == (64, 64, 2)
+    # Two of them fit an SM's 228 KiB of shared memory (each program reserves 1 KiB more), FP8 live V included.
+    two = prefill_config(4, 128, rows=288 * 4, num_kv_heads=8, impl="gluon")
+    assert all(2 * (H.gluon_shared_bytes(two, 128, bits) + 1024) <= 228 * 1024 for bits in (8, 16))
+    # Only at head_dim 128 (where it was measured), and only as a whole: a caller's own stages keep 128 keys.
+    assert tile(512, head_dim=64) == (128, 128, 3)
+    assert tile(512, num_stages=3) == (64, 128, 3)
     for bad in ({"num_warps": 8}, {"block_n": 32}, {"num_stages": 1}, {"splits": 2}, {"cartridge_tma": True}):
         with pytest.raises(ValueError, match="gluon prefill"):
             dataclasses.replace(cfg, **bad)
@@ -85,7 +97,7 @@ def test_the_numerics_gate_qualifies_what_the_cell_names() -> None:
     cell = {"phase": "prefill", "cartridge": {"id": "c632", "length": 632},
             "batch": {"id": "b", "q_lens": [512, 512], "live_lens": [512, 512]}}  # fmt: skip
     gluon = KernelNumericsParams.model_validate({**cell, "prefill_impl": "gluon"})
-    assert "m128n128r1w4s2gl" in describe_cell(gluon) and "gl " not in describe_cell(
+    assert "m64n64r1w4s2gl" in describe_cell(gluon) and "gl " not in describe_cell(
         KernelNumericsParams.model_validate(cell)
     )
     assert lint(gluon, None) == []

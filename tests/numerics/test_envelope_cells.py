@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from cartridge_attn import decode_config, prefill_config
-from cartridge_attn.dispatch import Envelope, dispatch_table
+from cartridge_attn.dispatch import Envelope, dispatch_table, prefill_regions
 
 from qualify.cli import main
 from qualify.compile import compile_gate_file
@@ -155,16 +155,38 @@ def test_lint_keeps_cascade_and_min_batch_to_decode_cells() -> None:
 
 
 def test_the_gluon_envelope_straddles_the_gluon_tile_switch() -> None:
-    # The Gluon prefill keeps 128-row tiles down to half the SMs' programs (9 tiles per KV head: 1,152 rows = 288
-    # tokens of group 4), not the Triton prefill's 544 tokens: its envelope's edges are its own.
+    # The Gluon prefill leaves its small-grid tiles at half the SMs' programs (9 tiles per KV head: 1,152 rows = 288
+    # tokens of group 4), not the Triton prefill's 544 tokens, and its two-per-SM tiles past 32,768 rows (8,192
+    # tokens): its envelope's edges are its own, and it reaches past the last one.
     path = Path(__file__).parents[2] / "gates" / "kernel_numerics_gluon.yaml"
     items = [i for i in compile_gate_file(path, default_registry()).items
              if i.gate_id == "gluon-envelope-p8" and i.params.live_v == "bf16"]  # fmt: skip
     assert items and all(i.params.prefill_impl == "gluon" for i in items)
     tokens = {sum(i.params.batch.q_lens) for i in items}
-    assert {2, 287, 288, 4096} <= tokens and 543 not in tokens
-    blocks = {t: prefill_config(4, 128, rows=t * 4, num_kv_heads=8, impl="gluon").block_m for t in (287, 288)}
-    assert blocks == {287: 64, 288: 128}
+    assert {2, 287, 288, 8192, 8193} <= tokens and 543 not in tokens
+    tiles = {t: prefill_config(4, 128, rows=t * 4, num_kv_heads=8, impl="gluon").tag for t in (287, 288, 8192, 8193)}
+    assert tiles == {287: "m64n128r1w4s2gl", 288: "m64n64r1w4s2gl", 8192: "m64n64r1w4s2gl", 8193: "m128n128r1w4s2gl"}
+
+
+def test_every_gluon_envelope_reaches_every_tile_its_dispatch_takes() -> None:
+    # A tile choice past an envelope's largest batch would ship unqualified for that group and head_dim.
+    path = Path(__file__).parents[2] / "gates" / "kernel_numerics_gluon.yaml"
+    by_gate: dict[str, set[str]] = {}
+    shapes: dict[str, tuple[int, int, int]] = {}
+    for i in compile_gate_file(path, default_registry()).items:
+        if not i.gate_id.startswith("gluon-envelope"):
+            continue
+        p = i.params
+        group = p.num_qo_heads // p.num_kv_heads
+        rows = sum(p.batch.q_lens) * group
+        cfg = prefill_config(group, p.head_dim, rows=rows, num_kv_heads=p.num_kv_heads, impl="gluon")
+        by_gate.setdefault(i.gate_id, set()).add(cfg.tag)
+        shapes[i.gate_id] = (group, p.head_dim, p.num_kv_heads)
+    assert len(by_gate) >= 10
+    for gate_id, tags in by_gate.items():
+        group, head_dim, kv = shapes[gate_id]
+        shipped = {r.config.tag for r in prefill_regions(group, head_dim, kv, 1 << 17, "gluon")}
+        assert tags == shipped, gate_id
 
 
 def test_an_envelope_gate_sets_its_prefill_implementation_itself(tmp_path: Path) -> None:
