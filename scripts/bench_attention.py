@@ -83,7 +83,7 @@ PREFILL_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_special
     (128, 128, 4, 2, True, True),
 ]  # fmt: skip
 # The Gluon prefill's (block_m, block_n, num_stages): its own warp specialization and TMA, 4-warp consumers.
-# 64 x 64 over 2 stages is small enough (82 KB, 128 registers a thread) for two programs per SM.
+# 64 x 64 over 2 stages: the tile two programs share an SM with (heuristics.GLUON_TWO_PER_SM_MAX_ROWS).
 GLUON_PREFILL_CANDIDATES = [(128, 128, 2), (64, 128, 2), (128, 64, 3), (128, 64, 4), (64, 64, 2)]
 
 

@@ -25,11 +25,13 @@ from cartridge_attn import heuristics as H  # noqa: E402
 from cartridge_attn.gluon_host import compile_offline, gluon_problem  # noqa: E402
 
 BITS = {"bfloat16": 16, "float16": 16, "float8_e4m3fn": 8}
-# (name, group, head_dim, page, block_m, q, cartridge V, live V): the Qwen3-8B shapes of the perf points first.
+# (name, group, head_dim, page, block_m, q, cartridge V, live V[, block_n]): the Qwen3-8B shapes of the perf points
+# first.
 VARIANTS = [
     ("qwen3-8b p8 k16v8", 4, 128, 8, 128, "bfloat16", "float8_e4m3fn", "bfloat16"),
     ("qwen3-8b p16 k16v8", 4, 128, 16, 128, "bfloat16", "float8_e4m3fn", "bfloat16"),
     ("qwen3-8b p8 k16v8, 64 rows", 4, 128, 8, 64, "bfloat16", "float8_e4m3fn", "bfloat16"),
+    ("qwen3-8b p8 k16v8, two per SM", 4, 128, 8, 64, "bfloat16", "float8_e4m3fn", "bfloat16", 64),
     ("qwen3-8b p8 k16v8, fp8 live", 4, 128, 8, 128, "bfloat16", "float8_e4m3fn", "float8_e4m3fn"),
     ("qwen3-8b p8 k16v16", 4, 128, 8, 128, "bfloat16", "bfloat16", "bfloat16"),
     ("head_dim 64 p8 k16v8", 4, 64, 8, 128, "bfloat16", "float8_e4m3fn", "bfloat16"),
@@ -48,8 +50,10 @@ def _resources(cubin: bytes) -> dict[str, int]:
     return {k: int(v) for k, v in re.findall(r"(REG|LOCAL|SHARED|STACK):(\d+)", out.stdout)}
 
 
-def describe(name: str, group: int, d: int, page: int, bm: int, q: str, cv: str, lv: str) -> dict:
-    cfg = H.prefill_config(group, d, block_m=bm, impl="gluon", live_v_bits=BITS[lv])
+def describe(
+    name: str, group: int, d: int, page: int, bm: int, q: str, cv: str, lv: str, bn: int | None = None
+) -> dict:
+    cfg = H.prefill_config(group, d, block_m=bm, block_n=bn, impl="gluon", live_v_bits=BITS[lv])
     built = compile_offline(cfg, group=group, head_dim=d, page_size=page, q_dtype=q, cartridge_v_dtype=cv,
                             live_v_dtype=lv)  # fmt: skip
     ptx = built.asm["ptx"]

@@ -298,7 +298,6 @@ requalify-gluon)
     if [ "$rc" -eq 0 ]; then
       rm -rf "$WORK/numerics" "$WORK/gluon-mutation"
       log "the default numerics gates and the Gluon prefill's mutants, side by side"
-      # shellcheck disable=SC2086
       signed_run numerics numerics-h200 "${NUMERICS_LIMIT:-400}" gates/kernel_numerics.yaml \
         gates/kernel_numerics_gluon.yaml --gpus "${GPUS:-auto}" --workers-per-gpu "${WORKERS_PER_GPU:-4}" &
       numerics=$!

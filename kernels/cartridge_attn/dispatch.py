@@ -165,12 +165,10 @@ def prefill_regions(
     group: int, head_dim: int, num_kv_heads: int, max_query_tokens: int, impl: str = "triton"
 ) -> list[Region]:
     """The prefill regions of ``impl``'s default configuration."""
-    # 128-row tiles are taken once (rows // 128) * H_kv reaches the implementation's program count, i.e. from this
-    # many rows on.
-    cut = 128 * -(-K.prefill_grid_sms(impl) // num_kv_heads)
-    cuts = {cut}
-    if impl == "gluon" and head_dim == K.GLUON_TWO_PER_SM_HEAD_DIM:
-        cuts.add(K.GLUON_TWO_PER_SM_MAX_ROWS + 1)  # 128 x 128 tiles again past the two-per-SM ones
+    # The small-grid tiles end once (rows // 128) * H_kv reaches the implementation's program count, i.e. at this
+    # many rows; the Gluon prefill's two-per-SM tiles end past GLUON_TWO_PER_SM_MAX_ROWS. A cut where nothing
+    # changes (the Triton prefill's second, any other head_dim's) leaves neighbours that merge into one region.
+    cuts = {128 * -(-K.prefill_grid_sms(impl) // num_kv_heads), K.GLUON_TWO_PER_SM_MAX_ROWS + 1}
     cells = [
         Region(
             "prefill",

@@ -143,6 +143,9 @@ def default_prefill_impl(capability: tuple[int, int] | None, gluon_problem: str 
 
 # SM90's largest shared-memory allocation per CTA (227 KiB), which the Gluon prefill's stage ring must fit.
 SM90_SHARED_BYTES = 232448
+# An SM's shared memory, of which each resident program also takes a reserved KiB: what programs sharing it must fit.
+SM90_SHARED_BYTES_PER_SM = 233472
+SM90_SHARED_BYTES_RESERVED = 1024
 # Barriers and the compiler's layout-conversion scratch on top of the Gluon prefill's buffers (seen: 8,248 bytes).
 GLUON_SHARED_SLACK = 12 * 1024
 
@@ -177,8 +180,9 @@ GLUON_PREFILL_GRID_SMS = GPU_SMS // 2
 # Above that, up to this many query rows, the Gluon prefill at head_dim 128 takes 64 x 64 tiles over 2 stages: 82 KB
 # of shared memory and 128 registers a thread let two programs share an SM, so that one's prologue (Q and the first
 # tiles' loads) and epilogue (the output's stores) overlap the other's main loop. H100 sweep, two runs
-# (results/2026-12-06-gluon-two-per-sm-h100): 6 % less time than 128 x 128 tiles at 16 and 64 requests of 128
-# tokens (8,192 and 32,768 rows), a tie at 16 x 512 (32,768 rows), 1-3 % more at 64 x 512 (131,072 rows).
+# (results/2026-12-06-gluon-two-per-sm-h100): 5.5-6.3 % less time than 128 x 128 tiles at 16 and 64 requests of 128
+# tokens (8,192 and 32,768 rows), ties at 1 x 512 and 16 x 512 (2,048 and 32,768 rows), 0.7-1.6 % more at 64 x 512
+# (131,072 rows).
 GLUON_TWO_PER_SM_MAX_ROWS = 32768
 GLUON_TWO_PER_SM_HEAD_DIM = 128  # the head_dim it was measured at
 
@@ -339,7 +343,7 @@ def _small_grid(rows: int | None, num_kv_heads: int | None, impl: str) -> bool:
     return rows is not None and num_kv_heads is not None and (rows // 128) * num_kv_heads < prefill_grid_sms(impl)
 
 
-def gluon_two_per_sm(head_dim: int, rows: int | None, num_kv_heads: int | None) -> bool:
+def _gluon_two_per_sm(head_dim: int, rows: int | None, num_kv_heads: int | None) -> bool:
     """Whether the Gluon prefill's default for this many query rows is the 64 x 64 tile that two programs per SM
     share (between the small-grid cut and GLUON_TWO_PER_SM_MAX_ROWS, at GLUON_TWO_PER_SM_HEAD_DIM)."""
     if rows is None or num_kv_heads is None or head_dim != GLUON_TWO_PER_SM_HEAD_DIM:
@@ -372,12 +376,13 @@ def prefill_config(
     more shared memory than SM90 has (the Gluon kernel's cartridge V is 16-bit whatever the served dtype).
     """
     small_grid = _small_grid(rows, num_kv_heads, impl)
-    two_per_sm = impl == "gluon" and gluon_two_per_sm(head_dim, rows, num_kv_heads)
+    two_per_sm = impl == "gluon" and _gluon_two_per_sm(head_dim, rows, num_kv_heads)
     if block_m is None:
         block_m = 64 if small_grid or two_per_sm else 128
     if impl == "gluon":
-        # Only the whole 64 x 64 x 2-stage tile fits two programs per SM: a caller's own rows or stages keep 128 keys.
-        narrow = two_per_sm and block_m == 64 and num_stages is None
+        # Only the whole 64 x 64 x 2-stage tile fits two programs per SM: a caller's 128 rows or deeper ring keeps
+        # 128 keys.
+        narrow = two_per_sm and block_m == 64 and num_stages in (None, 2)
         cfg = KernelConfig(
             block_m=block_m,
             block_n=block_n if block_n is not None else (64 if narrow else 128),

@@ -38,37 +38,46 @@ K16V16 = ("bfloat16", "bfloat16", "bfloat16")
 K16V16_LIVE8 = ("bfloat16", "bfloat16", "float8_e4m3fn")  # FP8 staging in the BF16 cartridge ring, reinterpreted
 FP16 = ("float16", "float16", "float8_e4m3fn")
 
-# (block_m, head_dim, group, page, causal, dtypes): both consumer counts, both head dims and page sizes, GQA groups
-# that are not powers of two, every V dtype pairing the dispatch serves and fp16 queries.
+# (tile, head_dim, group, page, causal, dtypes), the tile a block_m or (block_m, block_n): both consumer counts, the
+# dispatch's 64 x 64 tile, both head dims and page sizes, GQA groups that are not powers of two, every V dtype
+# pairing the dispatch serves and fp16 queries.
 VARIANTS = [
     (128, 128, 4, 8, True, K16V8), (128, 128, 4, 16, True, K16V8_LIVE8), (128, 128, 4, 8, False, K16V16),
     (64, 128, 4, 8, True, K16V8), (64, 128, 4, 16, True, K16V8_LIVE8), (128, 64, 4, 8, True, K16V8),
+    ((64, 64), 128, 4, 8, True, K16V8), ((64, 64), 128, 3, 16, True, K16V8_LIVE8),
     (64, 64, 5, 16, True, K16V8_LIVE8), (128, 128, 3, 8, True, K16V8), (128, 128, 16, 16, False, FP16),
     (128, 64, 1, 8, True, K16V16), (128, 128, 4, 16, True, K16V16_LIVE8),
 ]  # fmt: skip
 
 
+def _tile(tile: int | tuple[int, int]) -> tuple[int, int | None]:
+    return (tile, None) if isinstance(tile, int) else tile
+
+
 def _ids(v: tuple) -> str:
-    bm, d, g, page, causal, (q, cv, lv) = v
+    tile, d, g, page, causal, (q, cv, lv) = v
+    bm, bn = _tile(tile)
     name = {"bfloat16": "bf16", "float16": "fp16"}[q]
-    return f"m{bm}-d{d}-g{g}-p{page}-{'causal' if causal else 'full'}-{name}-cv{BITS[cv]}-lv{BITS[lv]}"
+    keys = f"n{bn}-" if bn else ""
+    return f"m{bm}-{keys}d{d}-g{g}-p{page}-{'causal' if causal else 'full'}-{name}-cv{BITS[cv]}-lv{BITS[lv]}"
 
 
-def _local_bytes(cubin: bytes, tmp: Path) -> int:
-    """Local memory per thread from the cubin's resource usage (Triton's cuobjdump): declared local arrays and the
-    stack frame that register spills live in."""
+def _resources(cubin: bytes, tmp: Path) -> dict[str, int]:
+    """The cubin's resource usage (Triton's cuobjdump): launch registers per thread (REG), and the local memory
+    (LOCAL: declared local arrays; STACK: the frame that register spills live in)."""
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     path = tmp / "k.cubin"
     path.write_bytes(cubin)
     out = subprocess.run([str(tool), "--dump-resource-usage", str(path)], capture_output=True, text=True, check=True)
-    found = {k: int(v) for k, v in re.findall(r"(LOCAL|STACK):(\d+)", out.stdout)}
-    assert set(found) == {"LOCAL", "STACK"}, out.stdout
-    return found["LOCAL"] + found["STACK"]
+    found = {k: int(v) for k, v in re.findall(r"(REG|LOCAL|STACK):(\d+)", out.stdout)}
+    assert set(found) == {"REG", "LOCAL", "STACK"}, out.stdout
+    return found
 
 
 def _build(v: tuple, kernel: Any = None) -> tuple[H.KernelConfig, Any]:
-    bm, d, g, page, causal, (q, cv, lv) = v
-    cfg = H.prefill_config(g, d, block_m=bm, impl="gluon", live_v_bits=BITS[lv])
+    tile, d, g, page, causal, (q, cv, lv) = v
+    bm, bn = _tile(tile)
+    cfg = H.prefill_config(g, d, block_m=bm, block_n=bn, impl="gluon", live_v_bits=BITS[lv])
     built = compile_offline(cfg, group=g, head_dim=d, page_size=page, causal=causal, q_dtype=q,
                             cartridge_v_dtype=cv, live_v_dtype=lv, kernel=kernel)  # fmt: skip
     return cfg, built
@@ -76,8 +85,9 @@ def _build(v: tuple, kernel: Any = None) -> tuple[H.KernelConfig, Any]:
 
 @pytest.mark.parametrize("variant", VARIANTS, ids=_ids)
 def test_builds_with_tma_wgmma_and_specialized_warps(variant: tuple, tmp_path: Path) -> None:
-    bm, d, _, _, _, (q, cv, lv) = variant
+    _, d, _, _, _, (q, cv, lv) = variant
     cfg, built = _build(variant)
+    bm = cfg.block_m
     ptx = built.asm["ptx"]
     assert built.metadata.target.arch == 90
     # The shared-memory estimate the plan refuses by is an upper bound, and a tight one.
@@ -100,7 +110,12 @@ def test_builds_with_tma_wgmma_and_specialized_warps(variant: tuple, tmp_path: P
     aux, consumer = (56, 224) if bm == 128 else (40, 216)
     for n in (aux, consumer):
         assert re.search(rf"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+{n};", ptx), n
-    assert _local_bytes(built.asm["cubin"], tmp_path) == 0, "registers spill to local memory"
+    res = _resources(built.asm["cubin"], tmp_path)
+    assert res["LOCAL"] + res["STACK"] == 0, "registers spill to local memory"
+    if (cfg.block_m, cfg.block_n) == (64, 64):
+        # The dispatch's two-per-SM tile: two programs' shared memory and launch registers fit one SM.
+        assert 2 * (built.metadata.shared + H.SM90_SHARED_BYTES_RESERVED) <= H.SM90_SHARED_BYTES_PER_SM
+        assert 2 * res["REG"] * built.metadata.num_warps * 32 <= 65536
     # Software pipelining: after issuing a tile's QK^T and the previous tile's PV, a warpgroup waits for one
     # group only (the scores), leaving the PV in flight.
     assert re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)

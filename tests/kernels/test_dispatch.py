@@ -10,7 +10,8 @@ import torch
 from cartridge_attn import CartridgeAttention, decode_config, default_prefill_impl, prefill_config, random_problem
 from cartridge_attn import _kernel as K
 from cartridge_attn import errors as ca_errors
-from cartridge_attn.dispatch import Envelope, dispatch_table, specialization_of
+from cartridge_attn import heuristics as H
+from cartridge_attn.dispatch import Envelope, dispatch_table, prefill_regions, specialization_of
 from cartridge_attn.gluon_host import gluon_problem
 
 ENVELOPE = Envelope(
@@ -65,6 +66,23 @@ def test_every_prefill_input_is_in_one_region_with_the_heuristics_config(
         hits = [r for r in regions if r.contains(query_rows=rows, num_kv_heads=num_kv_heads)]
         assert len(hits) == 1, (tokens, hits)
         assert hits[0].config == prefill_config(group, 128, rows=rows, num_kv_heads=num_kv_heads, impl=impl)
+
+
+@pytest.mark.parametrize("impl", K.IMPLS)
+@pytest.mark.parametrize("head_dim", K.SUPPORTED_HEAD_DIMS)
+@pytest.mark.parametrize("num_kv_heads", ENVELOPE.num_kv_heads)
+def test_the_prefill_regions_agree_with_the_heuristics_across_the_two_per_sm_cut(
+    impl: str, head_dim: int, num_kv_heads: int
+) -> None:
+    # The envelope above stops at 700 tokens, short of the Gluon prefill's last cut: probe every row around it.
+    cut = H.GLUON_TWO_PER_SM_MAX_ROWS
+    for group in K.SUPPORTED_GROUPS:
+        regions = prefill_regions(group, head_dim, num_kv_heads, (cut + 4 * group) // group + 1, impl)
+        for rows in range(cut - 2 * group, cut + 2 * group + 1):
+            hits = [r for r in regions if r.contains(query_rows=rows, num_kv_heads=num_kv_heads)]
+            assert len(hits) == 1, (group, rows, hits)
+            want = prefill_config(group, head_dim, rows=rows, num_kv_heads=num_kv_heads, impl=impl)
+            assert hits[0].config == want, (group, rows)
 
 
 def test_the_gluon_table_differs_from_the_triton_one_only_in_prefill(table, gluon_table) -> None:
