@@ -58,10 +58,9 @@ def test_configurations_say_what_they_are() -> None:
     two = prefill_config(4, 128, rows=288 * 4, num_kv_heads=8, impl="gluon")
     for bits in (8, 16):
         assert 2 * (H.gluon_shared_bytes(two, 128, bits) + H.SM90_SHARED_BYTES_RESERVED) <= H.SM90_SHARED_BYTES_PER_SM
-    # A caller's stages: the default's 2 keep the tile; a deeper ring keeps 128 keys.
-    assert tile(512, num_stages=2) == (64, 64, 2)
-    # Only at head_dim 128 (where it was measured), and only as a whole: a caller's own stages keep 128 keys.
+    # Only at head_dim 128, where it was measured; a caller's 2 stages keep the tile, a deeper ring keeps 128 keys.
     assert tile(512, head_dim=64) == (128, 128, 3)
+    assert tile(512, num_stages=2) == (64, 64, 2)
     assert tile(512, num_stages=3) == (64, 128, 3)
     for bad in ({"num_warps": 8}, {"block_n": 32}, {"num_stages": 1}, {"splits": 2}, {"cartridge_tma": True}):
         with pytest.raises(ValueError, match="gluon prefill"):
