@@ -1,9 +1,9 @@
 """Build the Gluon prefill for SM90 without a GPU and tabulate what each variant compiled to.
 
 Run in a venv with the GPU image's Triton (`nox -s gluon` makes one: .nox/gluon/bin/python scripts/gluon_build.py).
-Per variant: shared memory, launch registers and the setmaxnreg moves of its partitions, local (spill) bytes, the
-wgmma shapes and counts, TMA copies, FP8 conversions and barriers in the PTX, and the cubin's sha256; a Markdown
-table last, JSON beside it with --out.
+Per variant: shared memory, launch registers and the setmaxnreg moves of its partitions, local and stack (spill)
+bytes, the wgmma shapes and counts, TMA copies, FP8 conversions and barriers in the PTX, and the cubin's sha256; a
+Markdown table last, JSON beside it with --out.
 """
 
 from __future__ import annotations
@@ -66,6 +66,8 @@ def describe(
         "shared_estimate": H.gluon_shared_bytes(cfg, d, BITS[lv]),
         "launch_registers": res.get("REG"),
         "local_bytes": res.get("LOCAL"),
+        # ptxas puts some spills on the stack frame alone (LOCAL 0): tests/gluon counts both.
+        "stack_bytes": res.get("STACK"),
         "setmaxnreg": sorted(set(re.findall(r"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+(\d+);", ptx))),
         "wgmma": dict(sorted(wgmma.items())),
         "tma_copies": len(re.findall(r"cp\.async\.bulk\.tensor", ptx)),
@@ -88,15 +90,15 @@ def main() -> int:
     if args.out:
         args.out.write_text(json.dumps({"triton": triton.__version__, "rows": rows}, indent=1) + "\n")
     print(f"Triton {triton.__version__}, target cuda:90 (sm_90a), no GPU\n")
-    print("| variant | config | shared B (estimate) | launch regs | setmaxnreg | local B | wgmma (static count) "
-          "| TMA copies | FP8 cvt |")  # fmt: skip
+    print("| variant | config | shared B (estimate) | launch regs | setmaxnreg | local / stack B "
+          "| wgmma (static count) | TMA copies | FP8 cvt |")  # fmt: skip
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         moves = ", ".join(f"{op} {n}" for op, n in r["setmaxnreg"])
         mma = "; ".join(f"{k} x{v}" for k, v in r["wgmma"].items())
         print(f"| {r['variant']} | {r['config']} | {r['shared_bytes']} ({r['shared_estimate']}) "
-              f"| {r['launch_registers']} | {moves} | {r['local_bytes']} | {mma} | {r['tma_copies']} "
-              f"| {r['fp8_conversions']} |")  # fmt: skip
+              f"| {r['launch_registers']} | {moves} | {r['local_bytes']} / {r['stack_bytes']} | {mma} "
+              f"| {r['tma_copies']} | {r['fp8_conversions']} |")  # fmt: skip
     return 0
 
 
