@@ -19,6 +19,10 @@ the Triton kernel (Nsight Compute of both against FA3, results/2026-12-04-decode
   A K stage is released once its QK^T is done, a tile before the V stage, so the producer refills K early.
   The first version (results/2026-12-05-gluon-prefill-h200) waited for each wgmma and stalled on it.
 
+**The output leaves through shared memory**: the wgmma accumulator's layout gives a thread pairs of adjacent
+columns, which it would store 4 bytes at a time; each warpgroup writes its tile into its Q buffer (free after the
+last QK^T) and stores from there in 16-byte vectors (results/2026-12-06-gluon-epilogue-h100).
+
 **An FP8 cartridge arrives as its exact FP16 expansion** (`gluon_host.CartridgeV16`, made once per layer; the
 per-head scale is applied to the accumulator, so P is FP16 there, as in the Triton kernel): no cartridge tile is
 converted in the kernel. Converting them in every program had cost about a fifth of the kernel against a 16-bit
@@ -73,10 +77,11 @@ def _out_layout(head_dim):
 
 
 @gluon.constexpr_function
-def _rows_layout(head_dim, elem_bits, warps=4):
-    # 16-byte vectors along D, the rest of the warp along rows.
+def _rows_layout(head_dim, elem_bits, warps=4, split=1):
+    # 16-byte vectors along D, the rest of the warp along rows; with split > 1 a warp's threads cover 1 / split of D
+    # and each thread holds split vectors of a row.
     per_thread = 128 // elem_bits
-    across = head_dim // per_thread
+    across = head_dim // per_thread // split
     return gl.BlockedLayout([1, per_thread], [32 // across, across], [warps, 1], [1, 0])
 
 
@@ -431,12 +436,20 @@ def _consumer(
         )  # fmt: skip
 
     out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
-    gr_o = row0 + gl.arange(0, M, gl.SliceLayout(1, o_layout))
+    # Out through the Q buffer, free once the last QK^T is done (every wgmma is waited for): from the wgmma's
+    # layout a thread would store 4-byte pairs; from shared memory it stores 16-byte vectors along D. The layout is
+    # not the Q load's: with that one the compiler keeps the load's row indices alive through both walks (and spills
+    # them where one consumer holds a 64 x 128 score tile) rather than compute them again.
+    q_smem.store(out.to(q_smem.dtype))
+    gl.thread_barrier()
+    st_lay: gl.constexpr = _rows_layout(HEAD_DIM, 16, split=2)
+    o = q_smem.load(st_lay)
+    gr_o = row0 + gl.arange(0, M, gl.SliceLayout(1, st_lay))
     tok_o = gr_o // GROUP
     head_o = kvh * GROUP + gr_o % GROUP
-    d_o = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, o_layout))
+    d_o = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, st_lay))
     o_off = (q_start + tok_o)[:, None].to(gl.int64) * stride_ot + head_o[:, None] * stride_oh + d_o[None, :]
-    gl.store(o_ptr + o_off, out.to(o_ptr.dtype.element_ty), mask=(tok_o < q_len)[:, None])
+    gl.store(o_ptr + o_off, o.to(o_ptr.dtype.element_ty), mask=(tok_o < q_len)[:, None])
 
 
 # ---------------------------------------------------------------------------------------------------

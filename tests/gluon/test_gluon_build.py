@@ -119,6 +119,9 @@ def test_builds_with_tma_wgmma_and_specialized_warps(variant: tuple, tmp_path: P
     # Software pipelining: after issuing a tile's QK^T and the previous tile's PV, a warpgroup waits for one
     # group only (the scores), leaving the PV in flight.
     assert re.search(r"wgmma\.wait_group\.sync\.aligned\s+1;", ptx)
+    # The output leaves through the Q buffer as 16-byte vectors, not as the wgmma layout's 4-byte pairs.
+    stores = re.findall(r"st\.global\.[\w.]+", ptx)
+    assert stores and all(st.startswith("st.global.v4.") for st in stores), sorted(set(stores))
 
 
 def _exp2_between_the_waits(cubin: bytes, tmp: Path) -> list[int]:
