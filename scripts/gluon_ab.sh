@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# A/B of a candidate change to the Gluon prefill on the SM90 host, in one device call (carry .gpu; project root):
+#   PATCH=results/<run>/<change>.patch bash scripts/gluon_ab.sh        (SWEEP=0: no tile sweeps)
+# The patch (git apply) is tested first: the Gluon GPU tests on the patched kernel, and a failure or a hang ends the
+# call. Then prefill per layer of the patched kernel ("new") and the tree's ("base"), interleaved (new a, base a,
+# new b, base b; FlashInfer's FA3 over shared pages beside new a), then the Gluon tile sweep of each
+# (bench_attention.py --tune --sweep-only --prefill-impls gluon), so that every tile is timed at every prefill point,
+# not only the one the dispatch picks. The kernel file is the tree's again at the end. Everything comes back in
+# $OUT/ab.tar.gz; the tables print as they come.
+set -uo pipefail
+OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
+AB=/tmp/ab-out; rm -rf "$AB"; mkdir -p "$AB"
+source .gpu/setup.sh >/dev/null 2>&1
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
+K=kernels/cartridge_attn/_gluon_prefill.py
+patch=${PATCH:?PATCH=path/to/change.patch}
+cp "$K" "$AB/base.py"
+git apply "$patch" || { echo "$patch does not apply to the tree"; exit 1; }
+cp "$K" "$AB/new.py"
+SECONDS=0
+bench() {  # name impls...
+  local name=$1; shift
+  echo "== bench $name at ${SECONDS}s"
+  timeout 150 python3 scripts/bench_attention.py --out "/tmp/ab-$name" --commit "$name" --only prefill \
+    --implementations "$@" --repetitions 20 >"$AB/bench-$name.log" 2>&1
+  echo "exit $?"; grep "|" "$AB/bench-$name.log" | tail -n 8
+  for f in /tmp/ab-$name/*.json; do cp "$f" "$AB/$name-$(basename "$f")"; done
+}
+sweep() {  # name
+  echo "== sweep $1 at ${SECONDS}s"
+  timeout 170 python3 scripts/bench_attention.py --out "/tmp/ab-sweep-$1" --commit "$1" --only prefill --tune \
+    --sweep-only --prefill-impls gluon >"$AB/sweep-$1.log" 2>&1
+  echo "exit $?"; cp "/tmp/ab-sweep-$1/sweep.json" "$AB/sweep-$1.json"
+}
+echo "== GPU tests of the patched kernel"
+timeout 200 python3 -m pytest tests/kernels/test_gluon_prefill_gpu.py tests/kernels/test_gluon_api.py -q -rs -n 8 \
+  -p no:cacheprovider >"$AB/tests.log" 2>&1
+rc=$?
+echo "pytest exit $rc"; grep -E "passed|failed|^FAILED|^ERROR" "$AB/tests.log" | tail -n 6
+# A hang (the turn barriers' phases) or a wrong result ends the call here: no time on timing a broken kernel.
+if [ "$rc" -ne 0 ]; then cp "$AB/base.py" "$K"; tar -C /tmp -czf "$OUT/ab.tar.gz" ab-out; exit 1; fi
+cp "$AB/new.py" "$K"; bench newa fused-k16v8 flashinfer-shared-pages-bf16
+cp "$AB/base.py" "$K"; bench basea fused-k16v8
+cp "$AB/new.py" "$K"; bench newb fused-k16v8
+cp "$AB/base.py" "$K"; bench baseb fused-k16v8
+if [ "${SWEEP:-1}" = 1 ]; then
+  cp "$AB/new.py" "$K"; sweep new
+  cp "$AB/base.py" "$K"; sweep base
+fi
+cp "$AB/base.py" "$K"
+tar -C /tmp -czf "$OUT/ab.tar.gz" ab-out
+echo "== done at ${SECONDS}s"
