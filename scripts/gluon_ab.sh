@@ -6,16 +6,20 @@
 # new b, base b; FlashInfer's FA3 over shared pages beside new a), then the Gluon tile sweep of each
 # (bench_attention.py --tune --sweep-only --prefill-impls gluon), so that every tile is timed at every prefill point,
 # not only the one the dispatch picks. The kernel file is the tree's again at the end. Everything comes back in
-# $OUT/ab.tar.gz; the tables print as they come.
+# $OUT/ab.tar.gz; the tables print as they come. Exit 2, with one line, when PATCH is unset or does not apply (the
+# tree untouched); 1 when the patched kernel's GPU tests fail (the tree's kernel put back); 0 otherwise.
 set -uo pipefail
+K=kernels/cartridge_attn/_gluon_prefill.py
+patch=${PATCH:-}
+[ -n "$patch" ] || { echo "gluon_ab.sh: set PATCH to the change's patch file (git apply format)" >&2; exit 2; }
+# Checked before anything is copied or changed: a patch that does not apply leaves the tree as it was.
+git apply --check "$patch" 2>/dev/null || { echo "gluon_ab.sh: $patch does not apply to $K here" >&2; exit 2; }
 OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
-AB=/tmp/ab-out; rm -rf "$AB"; mkdir -p "$AB"
+AB=${AB_DIR:-/tmp/ab-out}; rm -rf "$AB"; mkdir -p "$AB"
 source .gpu/setup.sh >/dev/null 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
-K=kernels/cartridge_attn/_gluon_prefill.py
-patch=${PATCH:?PATCH=path/to/change.patch}
 cp "$K" "$AB/base.py"
-git apply "$patch" || { echo "$patch does not apply to the tree"; exit 1; }
+git apply "$patch"
 cp "$K" "$AB/new.py"
 SECONDS=0
 bench() {  # name impls...
@@ -38,7 +42,7 @@ timeout 200 python3 -m pytest tests/kernels/test_gluon_prefill_gpu.py tests/kern
 rc=$?
 echo "pytest exit $rc"; grep -E "passed|failed|^FAILED|^ERROR" "$AB/tests.log" | tail -n 6
 # A hang (the turn barriers' phases) or a wrong result ends the call here: no time on timing a broken kernel.
-if [ "$rc" -ne 0 ]; then cp "$AB/base.py" "$K"; tar -C /tmp -czf "$OUT/ab.tar.gz" ab-out; exit 1; fi
+if [ "$rc" -ne 0 ]; then cp "$AB/base.py" "$K"; tar -C "$(dirname "$AB")" -czf "$OUT/ab.tar.gz" "$(basename "$AB")"; exit 1; fi
 cp "$AB/new.py" "$K"; bench newa fused-k16v8 flashinfer-shared-pages-bf16
 cp "$AB/base.py" "$K"; bench basea fused-k16v8
 cp "$AB/new.py" "$K"; bench newb fused-k16v8
@@ -48,5 +52,5 @@ if [ "${SWEEP:-1}" = 1 ]; then
   cp "$AB/base.py" "$K"; sweep base
 fi
 cp "$AB/base.py" "$K"
-tar -C /tmp -czf "$OUT/ab.tar.gz" ab-out
+tar -C "$(dirname "$AB")" -czf "$OUT/ab.tar.gz" "$(basename "$AB")"
 echo "== done at ${SECONDS}s"
