@@ -41,7 +41,7 @@ timeout 200 python3 -m pytest tests/kernels/test_gluon_prefill_gpu.py tests/kern
   -p no:cacheprovider >"$AB/tests.log" 2>&1
 rc=$?
 echo "pytest exit $rc"; grep -E "passed|failed|^FAILED|^ERROR" "$AB/tests.log" | tail -n 6
-# A hang (the turn barriers' phases) or a wrong result ends the call here: no time on timing a broken kernel.
+# A hang (a barrier phase gone wrong) or a wrong result ends the call here: no time on timing a broken kernel.
 if [ "$rc" -ne 0 ]; then cp "$AB/base.py" "$K"; tar -C "$(dirname "$AB")" -czf "$OUT/ab.tar.gz" "$(basename "$AB")"; exit 1; fi
 cp "$AB/new.py" "$K"; bench newa fused-k16v8 flashinfer-shared-pages-bf16
 cp "$AB/base.py" "$K"; bench basea fused-k16v8
