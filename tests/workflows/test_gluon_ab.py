@@ -1,6 +1,7 @@
 """`scripts/gluon_ab.sh` on bad input and on a failing patched kernel, without a GPU: a missing or non-applying
 patch is refused in one line (exit 2) before anything is copied, and a patched kernel whose GPU tests fail ends the
-call with the tree's kernel put back (exit 1), its A/B files still packed for the record."""
+call with every file the patch touched (the kernel and its host side) put back (exit 1), its A/B files still packed
+for the record."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "gluon_ab.sh"
 KERNEL = Path("kernels/cartridge_attn/_gluon_prefill.py")
+HOST = Path("kernels/cartridge_attn/gluon_host.py")
 
 
 def _git(root: Path, *args: str) -> None:
@@ -22,12 +24,13 @@ def _git(root: Path, *args: str) -> None:
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A project root under git whose Gluon prefill is a fresh random text, and a bin folder of stand-ins for the
-    host's tools: `python3` fails as a failing test run would, `nvidia-smi` prints nothing."""
+    """A project root under git whose Gluon prefill and its host side are fresh random texts, and a bin folder of
+    stand-ins for the host's tools: `python3` fails as a failing test run would, `nvidia-smi` prints nothing."""
     root = tmp_path / "root"
     (root / KERNEL).parent.mkdir(parents=True)
     rng = random.Random()
-    (root / KERNEL).write_text("".join(f"line {rng.randrange(10**9)}\n" for _ in range(40)))
+    for path in (KERNEL, HOST):
+        (root / path).write_text("".join(f"line {rng.randrange(10**9)}\n" for _ in range(40)))
     _git(root, "init", "-q")
     _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "add", ".")
     _git(root, "-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "tree")
@@ -39,15 +42,16 @@ def tree(tmp_path: Path) -> Path:
     return root
 
 
-def _patch_of(root: Path, edit: str, name: str) -> Path:
-    """A git-format patch that replaces line 3 of the kernel with `edit`, the tree left as it was."""
-    kernel = root / KERNEL
-    before = kernel.read_text()
-    lines = before.splitlines(keepends=True)
-    lines[2] = edit + "\n"
-    kernel.write_text("".join(lines))
+def _patch_of(root: Path, edit: str, name: str, files: tuple[Path, ...] = (KERNEL,)) -> Path:
+    """A git-format patch that replaces line 3 of each of `files` with `edit`, the tree left as it was."""
+    before = {f: (root / f).read_text() for f in files}
+    for f, text in before.items():
+        lines = text.splitlines(keepends=True)
+        lines[2] = edit + "\n"
+        (root / f).write_text("".join(lines))
     diff = subprocess.run(["git", "diff"], cwd=root, check=True, capture_output=True, text=True).stdout
-    kernel.write_text(before)
+    for f, text in before.items():
+        (root / f).write_text(text)
     out = root.parent / name
     out.write_text(diff)
     return out
@@ -85,21 +89,26 @@ def test_a_patch_that_does_not_apply_leaves_the_tree_alone(tree: Path, kind: str
     before = (tree / KERNEL).read_bytes()
     run = _run(tree, patch)
     assert run.returncode == 2
-    assert run.stderr.strip().splitlines() == [f"gluon_ab.sh: {patch} does not apply to {KERNEL} here"]
+    assert run.stderr.strip().splitlines() == [f"gluon_ab.sh: {patch} does not apply to this tree"]
     assert (tree / KERNEL).read_bytes() == before
     assert not (tree.parent / "out").exists() and not (tree.parent / "ab-out").exists()
 
 
-def test_a_failing_patched_kernel_ends_the_call_with_the_trees_kernel_back(tree: Path) -> None:
-    before = (tree / KERNEL).read_bytes()
-    patch = _patch_of(tree, f"patched {random.randrange(10**9)}", "good.patch")
+@pytest.mark.parametrize("files", [(KERNEL,), (KERNEL, HOST)], ids=["kernel", "kernel-and-host"])
+def test_a_failing_patched_kernel_ends_the_call_with_the_trees_files_back(tree: Path, files: tuple[Path, ...]) -> None:
+    before = {f: (tree / f).read_bytes() for f in (KERNEL, HOST)}
+    patch = _patch_of(tree, f"patched {random.randrange(10**9)}", "good.patch", files)
     run = _run(tree, patch)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "pytest exit 1" in run.stdout
     assert "== bench" not in run.stdout  # nothing timed on a kernel that failed its tests
-    assert (tree / KERNEL).read_bytes() == before
+    assert {f: (tree / f).read_bytes() for f in (KERNEL, HOST)} == before
     with tarfile.open(tree.parent / "out" / "ab.tar.gz") as packed:
         names = {Path(n).name for n in packed.getnames()}
-        new = packed.extractfile(next(m for m in packed.getmembers() if m.name.endswith("new.py")))
+        new = packed.extractfile(next(m for m in packed.getmembers() if m.name.endswith("/new.py")))
         assert new is not None and b"patched" in new.read()
+        for f in files:  # every touched file, both sides
+            for side in ("new", "base"):
+                copy = packed.extractfile(f"ab-out/{side}/{f}")
+                assert copy is not None and (b"patched" in copy.read()) == (side == "new")
     assert {"base.py", "new.py", "tests.log"} <= names
