@@ -6,8 +6,8 @@
 # ("base"), swapped in together, interleaved (new a, base a,
 # new b, base b; FlashInfer's FA3 over shared pages beside new a), then the Gluon tile sweep of each
 # (bench_attention.py --tune --sweep-only --prefill-impls gluon), so that every tile is timed at every prefill point,
-# not only the one the dispatch picks. Every file the patch touches is the tree's again at the end. Everything comes
-# back in $OUT/ab.tar.gz (the kernel as new.py / base.py, every touched file under new/ and base/); the tables print
+# not only the one the dispatch picks. Every file the patch touches is the tree's again at the end (one it adds is
+# removed). Everything comes back in $OUT/ab.tar.gz (the kernel as new.py / base.py, every touched file under new/ and base/); the tables print
 # as they come. Exit 2, with one line, when PATCH is unset or does not apply (the tree untouched); 1 when the patched
 # files fail the GPU tests (the tree's put back); 0 otherwise.
 set -uo pipefail
@@ -21,11 +21,15 @@ OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 AB=${AB_DIR:-/tmp/ab-out}; rm -rf "$AB"; mkdir -p "$AB"
 source .gpu/setup.sh >/dev/null 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
-keep() {  # side: copies every touched file as it is now
-  for f in "${files[@]}"; do mkdir -p "$AB/$1/$(dirname "$f")"; cp "$f" "$AB/$1/$f"; done
+keep() {  # side: copies every touched file as it is now (one the side lacks, a file the patch adds or deletes, has none)
+  for f in "${files[@]}"; do
+    if [ -e "$f" ]; then mkdir -p "$AB/$1/$(dirname "$f")"; cp "$f" "$AB/$1/$f"; fi
+  done
 }
-use() {  # side: puts that side's copies in place
-  for f in "${files[@]}"; do cp "$AB/$1/$f" "$f"; done
+use() {  # side: puts that side's copies in place, and removes the files it lacks
+  for f in "${files[@]}"; do
+    if [ -e "$AB/$1/$f" ]; then cp "$AB/$1/$f" "$f"; else rm -f "$f"; fi
+  done
 }
 keep base; cp "$K" "$AB/base.py"
 git apply "$patch"

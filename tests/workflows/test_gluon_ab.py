@@ -1,7 +1,7 @@
 """`scripts/gluon_ab.sh` on bad input and on a failing patched kernel, without a GPU: a missing or non-applying
 patch is refused in one line (exit 2) before anything is copied, and a patched kernel whose GPU tests fail ends the
-call with every file the patch touched (the kernel and its host side) put back (exit 1), its A/B files still packed
-for the record."""
+call with every file the patch touched (the kernel and its host side) put back, and any it added removed (exit 1),
+its A/B files still packed for the record."""
 
 from __future__ import annotations
 
@@ -112,3 +112,20 @@ def test_a_failing_patched_kernel_ends_the_call_with_the_trees_files_back(tree: 
                 copy = packed.extractfile(f"ab-out/{side}/{f}")
                 assert copy is not None and (b"patched" in copy.read()) == (side == "new")
     assert {"base.py", "new.py", "tests.log"} <= names
+
+
+def test_a_file_the_patch_adds_is_gone_again_when_the_patched_tree_fails(tree: Path) -> None:
+    before = (tree / KERNEL).read_bytes()
+    added = Path("kernels/cartridge_attn/_new_part.py")
+    edit = f"patched {random.randrange(10**9)}"
+    patch = _patch_of(tree, edit, "adds.patch")
+    new_file = f"diff --git a/{added} b/{added}\nnew file mode 100644\n--- /dev/null\n+++ b/{added}\n"
+    patch.write_text(patch.read_text() + new_file + f"@@ -0,0 +1 @@\n+{edit}\n")
+    run = _run(tree, patch)
+    assert run.returncode == 1, run.stdout + run.stderr
+    assert (tree / KERNEL).read_bytes() == before
+    assert not (tree / added).exists()
+    with tarfile.open(tree.parent / "out" / "ab.tar.gz") as packed:
+        copy = packed.extractfile(f"ab-out/new/{added}")
+        assert copy is not None and edit.encode() in copy.read()
+        assert f"ab-out/base/{added}" not in packed.getnames()
