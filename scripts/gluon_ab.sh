@@ -3,13 +3,13 @@
 #   PATCH=results/<run>/<change>.patch bash scripts/gluon_ab.sh        (SWEEP=0: no tile sweeps)
 # The patch (git apply; it may touch the kernel's host side too) is tested first: the Gluon GPU tests on the patched
 # files, and a failure or a hang ends the call. Then prefill per layer of the patched files ("new") and the tree's
-# ("base"), swapped in together, interleaved (new a, base a,
-# new b, base b; FlashInfer's FA3 over shared pages beside new a), then the Gluon tile sweep of each
-# (bench_attention.py --tune --sweep-only --prefill-impls gluon), so that every tile is timed at every prefill point,
-# not only the one the dispatch picks. Every file the patch touches is the tree's again at the end (one it adds is
-# removed). Everything comes back in $OUT/ab.tar.gz (the kernel as new.py / base.py, every touched file under new/ and base/); the tables print
-# as they come. Exit 2, with one line, when PATCH is unset or does not apply (the tree untouched); 1 when the patched
-# files fail the GPU tests (the tree's put back); 0 otherwise.
+# ("base"), swapped in together, interleaved (new a, base a, new b, base b; FlashInfer's FA3 over shared pages beside
+# new a), then the Gluon tile sweep of each (bench_attention.py --tune --sweep-only --prefill-impls gluon), so that
+# every tile is timed at every prefill point, not only the one the dispatch picks. Every file the patch touches is the
+# tree's again at the end (one it adds is removed). Everything comes back in $OUT/ab.tar.gz (the kernel as new.py /
+# base.py, every touched file under new/ and base/); the tables print as they come. Exit 2, with one line, when PATCH is
+# unset or does not apply (the tree untouched); 1 when the patched files fail the GPU tests (the tree's put back); 0
+# otherwise.
 set -uo pipefail
 K=kernels/cartridge_attn/_gluon_prefill.py
 patch=${PATCH:-}
@@ -21,7 +21,7 @@ OUT=${OUT:-gpu-out}; mkdir -p "$OUT"
 AB=${AB_DIR:-/tmp/ab-out}; rm -rf "$AB"; mkdir -p "$AB"
 source .gpu/setup.sh >/dev/null 2>&1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv
-keep() {  # side: copies every touched file as it is now (one the side lacks, a file the patch adds or deletes, has none)
+keep() {  # side: copies every touched file as it is now (a file the side lacks, added or deleted, has none)
   for f in "${files[@]}"; do
     if [ -e "$f" ]; then mkdir -p "$AB/$1/$(dirname "$f")"; cp "$f" "$AB/$1/$f"; fi
   done
