@@ -103,6 +103,8 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device
     if live_v == "fp8_e4m3" and spec.page_size_bytes * 4 != BS * H_KV * 2 * D * 2 * 3:
         fail(f"K16/V8 pages of {spec.page_size_bytes} bytes are not 3/4 of a BF16 page")
     builder = CartridgeMetadataBuilder(spec, list(reversed(NAMES)), cfg, dev)
+    if builder.prefill_impl is not None:
+        fail(f"over vLLM's NHD cache the backend must leave the prefill to the dispatch, not {builder.prefill_impl!r}")
     wrong = FullAttentionSpec(block_size=BS, num_kv_heads=H_KV, head_size=D, head_size_v=D + D // 2 - spec.head_size_v,
                               dtype=torch.bfloat16)  # fmt: skip
     try:
@@ -359,7 +361,12 @@ def main() -> int:
 
     register()
     gen = torch.Generator().manual_seed(int(sys.argv[1]) if len(sys.argv) > 1 else 0)
-    with tempfile.TemporaryDirectory() as tmp:
+    from vllm.config import DeviceConfig, VllmConfig, set_current_vllm_config
+
+    # vLLM's model runner builds the metadata builders inside its config's context, and the backend reads the KV
+    # cache layout from there (vLLM's default, NHD, without a connector that asks for another).
+    engine = VllmConfig(device_config=DeviceConfig(device="cpu")) if dev.type == "cpu" else VllmConfig()
+    with tempfile.TemporaryDirectory() as tmp, set_current_vllm_config(engine):
         check_shared(Path(tmp), "bfloat16", gen, dev)
         check_shared(Path(tmp), "fp8_e4m3", gen, dev)
         check_inject(Path(tmp), gen, dev)
