@@ -82,9 +82,13 @@ PREFILL_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_special
     (128, 32, 4, 4, True, True), (128, 64, 4, 3, True, True), (128, 64, 4, 2, True, True),
     (128, 128, 4, 2, True, True),
 ]  # fmt: skip
-# The Gluon prefill's (block_m, block_n, num_stages): its own warp specialization and TMA, 4-warp consumers.
-# 64 x 64 over 2 stages: the tile two programs share an SM with (heuristics.GLUON_TWO_PER_SM_MAX_ROWS).
-GLUON_PREFILL_CANDIDATES = [(128, 128, 2), (64, 128, 2), (128, 64, 3), (128, 64, 4), (64, 64, 2)]
+# The Gluon prefill's (block_m, block_n, num_stages, persistent grid): its own warp specialization and TMA, 4-warp
+# consumers. 64 x 64 over 2 stages: the tile two programs share an SM with (heuristics.GLUON_TWO_PER_SM_MAX_ROWS).
+# Every tile with one program per work item, and the 128-row ones on a persistent grid too.
+GLUON_PREFILL_CANDIDATES = [
+    (128, 128, 2, False), (64, 128, 2, False), (128, 64, 3, False), (128, 64, 4, False), (64, 64, 2, False),
+    (128, 128, 2, True), (128, 64, 3, True), (128, 64, 4, True),
+]  # fmt: skip
 
 
 def shape_set(metric_name: str, variant: str = "qwen3-8b", batches: list[int] | None = None) -> ShapeSet:
@@ -220,10 +224,10 @@ def sweep(
                                                cart_splits=cs or None, cart_pdl=bool(pdl),
                                                num_kv_heads=shape.num_kv_heads,
                                                cartridge_len=shape.cartridge_len)  # fmt: skip
-                    elif len(cand) == 3:
-                        bm, bn, s = cand
+                    elif len(cand) == 4:
+                        bm, bn, s, persistent = cand
                         cfg = ca.prefill_config(group, shape.head_dim, block_m=bm, block_n=bn, num_stages=s,
-                                                impl="gluon")  # fmt: skip
+                                                impl="gluon", persistent=persistent)  # fmt: skip
                     else:
                         bm, bn, w, s, ws, tma = cand
                         cfg = ca.prefill_config(group, shape.head_dim, block_m=bm, block_n=bn, num_warps=w,

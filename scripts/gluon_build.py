@@ -25,8 +25,8 @@ from cartridge_attn import heuristics as H  # noqa: E402
 from cartridge_attn.gluon_host import compile_offline, gluon_problem  # noqa: E402
 
 BITS = {"bfloat16": 16, "float16": 16, "float8_e4m3fn": 8}
-# (name, group, head_dim, page, block_m, q, cartridge V, live V[, block_n]): the Qwen3-8B shapes of the perf points
-# first.
+# (name, group, head_dim, page, block_m, q, cartridge V, live V[, block_n[, persistent grid]]): the Qwen3-8B shapes
+# of the perf points first.
 VARIANTS = [
     ("qwen3-8b p8 k16v8", 4, 128, 8, 128, "bfloat16", "float8_e4m3fn", "bfloat16"),
     ("qwen3-8b p16 k16v8", 4, 128, 16, 128, "bfloat16", "float8_e4m3fn", "bfloat16"),
@@ -36,6 +36,8 @@ VARIANTS = [
     ("qwen3-8b p8 k16v16", 4, 128, 8, 128, "bfloat16", "bfloat16", "bfloat16"),
     ("head_dim 64 p8 k16v8", 4, 64, 8, 128, "bfloat16", "float8_e4m3fn", "bfloat16"),
     ("group 3 p8 k16v8", 3, 128, 8, 128, "bfloat16", "float8_e4m3fn", "bfloat16"),
+    ("qwen3-8b p8 k16v8, persistent", 4, 128, 8, 128, "bfloat16", "float8_e4m3fn", "bfloat16", None, True),
+    ("qwen3-8b p8 k16v8, 128 x 64 persistent", 4, 128, 8, 128, "bfloat16", "float8_e4m3fn", "bfloat16", 64, True),
 ]
 
 
@@ -51,9 +53,18 @@ def _resources(cubin: bytes) -> dict[str, int]:
 
 
 def describe(
-    name: str, group: int, d: int, page: int, bm: int, q: str, cv: str, lv: str, bn: int | None = None
+    name: str,
+    group: int,
+    d: int,
+    page: int,
+    bm: int,
+    q: str,
+    cv: str,
+    lv: str,
+    bn: int | None = None,
+    persistent: bool = False,
 ) -> dict:
-    cfg = H.prefill_config(group, d, block_m=bm, block_n=bn, impl="gluon", live_v_bits=BITS[lv])
+    cfg = H.prefill_config(group, d, block_m=bm, block_n=bn, impl="gluon", live_v_bits=BITS[lv], persistent=persistent)
     built = compile_offline(cfg, group=group, head_dim=d, page_size=page, q_dtype=q, cartridge_v_dtype=cv,
                             live_v_dtype=lv)  # fmt: skip
     ptx = built.asm["ptx"]

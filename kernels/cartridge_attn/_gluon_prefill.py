@@ -19,6 +19,13 @@ the Triton kernel (Nsight Compute of both against FA3, results/2026-12-04-decode
   A K stage is released once its QK^T is done, a tile before the V stage, so the producer refills K early.
   The first version (results/2026-12-05-gluon-prefill-h200) waited for each wgmma and stalled on it.
 
+**A persistent grid** (PERSISTENT; `KernelConfig.persistent`, the dispatch's for its 128-row tiles): as many
+programs as the GPU holds at once (`gluon_host.programs_per_sm`), each walking work items, a plan tile for one KV
+head, in strides of the grid. Every partition walks the same items, and the rings' stages and barrier phases run on
+from one item to the next, so the producer loads an item's first tiles while the consumers finish the last one's.
+One program per item pays its prologue and epilogue with the tensor cores idle, in every one of many waves. Without
+PERSISTENT the walk over items is one trip, which the compiler removes: the grid's (tile, KV head) is the item.
+
 **The output leaves through shared memory**: the wgmma accumulator's layout gives a thread pairs of adjacent
 columns, which it would store 4 bytes at a time; each warpgroup writes its tile into its Q buffer (free after the
 last QK^T) and stores from there in 16-byte vectors (results/2026-12-06-gluon-epilogue-h100).
@@ -86,6 +93,67 @@ def _rows_layout(head_dim, elem_bits, warps=4, split=1):
 
 
 # ---------------------------------------------------------------------------------------------------
+# Work items: every partition walks the same ones.
+# ---------------------------------------------------------------------------------------------------
+@gluon.jit
+def _program():
+    # %ctaid.x read where it is used: an asm with side effects is neither shared nor hoisted. Read once for every
+    # partition, it would be live across their register moves, and ptxas spills such values.
+    return gl.inline_asm_elementwise("mov.u32 $0, %ctaid.x;", "=r", [], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _items(plan, PERSISTENT: gl.constexpr):
+    """How many work items this program walks: on a persistent grid, items pid, pid + P, ... below n_tiles x n_kvh,
+    where P is the number of programs; else its own (a one-trip loop, which the compiler removes)."""
+    _, _, _, _, _, n_tiles, n_kvh, n_programs = plan
+    if PERSISTENT:
+        return gl.cdiv(n_tiles * n_kvh - _program(), n_programs)
+    else:
+        return 1
+
+
+@gluon.jit
+def _work_item(
+    plan,
+    k,
+    GROUP: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    PERSISTENT: gl.constexpr,
+):
+    """This program's k-th work item. On a persistent grid, w = pid + k P: the plan's tile ``w % n_tiles`` for KV
+    head ``w // n_tiles``, so that the items in flight at once share a head, and with it their requests' live K and
+    V in L2 (interleaving the heads read 2.5 times the DRAM bytes, results/2026-12-07-gluon-persistent-h100). Else
+    the grid's (tile, KV head). Returns (KV head, first row, the request's first query token, its query length, its
+    live length, its first page's index in kv_indices, the live tiles the tile's last row sees)."""
+    tile_req_ptr, tile_row_ptr, qo_indptr_ptr, kv_indptr_ptr, kv_len_ptr, n_tiles, _, n_programs = plan
+    if PERSISTENT:
+        w = _program() + k * n_programs
+        tile = w % n_tiles
+        kvh = w // n_tiles
+    else:
+        tile = gl.program_id(0)
+        kvh = gl.program_id(1)
+    req = gl.load(tile_req_ptr + tile)
+    rows0 = gl.load(tile_row_ptr + tile)
+    q_start = gl.load(qo_indptr_ptr + req)
+    q_len = gl.load(qo_indptr_ptr + req + 1) - q_start
+    kv_len = gl.load(kv_len_ptr + req)
+    page0 = gl.load(kv_indptr_ptr + req)
+    tok_hi = gl.minimum((rows0 + BLOCK_M - 1) // GROUP, q_len - 1)
+    if CAUSAL:  # noqa: SIM108
+        live_end = kv_len - q_len + tok_hi + 1
+    else:
+        live_end = kv_len
+    n_live = gl.cdiv(live_end, BLOCK_N)
+    # Never negative, even from a block table that breaks the plan's promise (kv_len >= q_len): every partition
+    # advances its ring position by this count, so a negative one would send their barrier phases backwards.
+    return kvh, rows0, q_start, q_len, kv_len, page0, gl.maximum(n_live, 0)
+
+
+# ---------------------------------------------------------------------------------------------------
 # Producer: one warp, TMA only.
 # ---------------------------------------------------------------------------------------------------
 @gluon.jit
@@ -112,7 +180,41 @@ def _producer(
     rings,
     bars,
     kv_indices_ptr,
+    plan,
     walk,
+    GROUP: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    PAGE: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    PERSISTENT: gl.constexpr,
+    K_BYTES: gl.constexpr,
+    CV_BYTES: gl.constexpr,
+    LK_BYTES: gl.constexpr,
+    LV_BYTES: gl.constexpr,
+):
+    cart_len, page_rows, lk_head_cols, lv_head_cols = walk
+    n_cart = gl.cdiv(cart_len, BLOCK_N)
+    it = 0  # tiles loaded so far: the rings' stages and barrier phases run on across work items
+    for k in range(_items(plan, PERSISTENT)):
+        kvh, _, _, _, kv_len, page0, n_live = _work_item(plan, k, GROUP, BLOCK_M, BLOCK_N, CAUSAL, PERSISTENT)
+        _produce(descs, rings, bars, kv_indices_ptr, it, (page0, gl.cdiv(kv_len, PAGE), n_cart, n_live, kvh),
+                 (page_rows, lk_head_cols, lv_head_cols), BLOCK_N, HEAD_DIM, PAGE, STAGES, K_BYTES, CV_BYTES,
+                 LK_BYTES, LV_BYTES)  # fmt: skip
+        it += n_cart + n_live
+
+
+@gluon.jit
+def _produce(
+    descs,
+    rings,
+    bars,
+    kv_indices_ptr,
+    it,
+    tile,
+    view,
     BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr,
     PAGE: gl.constexpr,
@@ -122,25 +224,27 @@ def _producer(
     LK_BYTES: gl.constexpr,
     LV_BYTES: gl.constexpr,
 ):
+    """Every K and V tile of one work item, in the order the consumers walk them, from ring position ``it``."""
     ck_desc, cv_desc, lk_desc, lv_desc = descs
     k_ring, cv_ring, lv_ring = rings
     k_ready, k_empty, v_ready, v_empty = bars
-    page0, n_pages, cart_len, n_live, kvh, page_rows, lk_head_cols, lv_head_cols = walk
+    page0, n_pages, n_cart, n_live, kvh = tile
+    page_rows, lk_head_cols, lv_head_cols = view
     col = kvh * HEAD_DIM
     # A live view's heads may sit further apart than HEAD_DIM columns (vLLM's pages hold each head's K and V in one
     # row), and K and V apart by different counts when their dtypes differ.
     lk_col = kvh * lk_head_cols
     lv_col = kvh * lv_head_cols
-    n_cart = gl.cdiv(cart_len, BLOCK_N)
     # K before V within a tile: the consumers release K a tile earlier than V, so a K stage is never queued
     # behind a V stage that frees later.
-    for i in range(n_cart):
+    for c in range(n_cart):
+        i = it + c
         s = i % STAGES
         # A partial last box is zero-filled past T_c by the TMA unit and still counts its full bytes.
         bar = _acquire(k_empty, k_ready, i, K_BYTES, STAGES)
-        tma.async_copy_global_to_shared(ck_desc, [i * BLOCK_N, col], bar, k_ring.index(s))
+        tma.async_copy_global_to_shared(ck_desc, [c * BLOCK_N, col], bar, k_ring.index(s))
         bar = _acquire(v_empty, v_ready, i, CV_BYTES, STAGES)
-        tma.async_copy_global_to_shared(cv_desc, [i * BLOCK_N, col], bar, cv_ring.index(s))
+        tma.async_copy_global_to_shared(cv_desc, [c * BLOCK_N, col], bar, cv_ring.index(s))
     PAGES: gl.constexpr = BLOCK_N // PAGE
     lanes = gl.arange(0, PAGES, gl.BlockedLayout([1], [32], [1], [0]))
     for t in range(n_live):
@@ -149,7 +253,7 @@ def _producer(
         # expected byte count is a constant, so every slice is filled (the consumers mask those columns and zero
         # their V rows).
         pages = gl.load(kv_indices_ptr + page0 + gl.minimum(t * PAGES + lanes, n_pages - 1))
-        i = n_cart + t
+        i = it + n_cart + t
         s = i % STAGES
         bar = _acquire(k_empty, k_ready, i, LK_BYTES, STAGES)
         k_dst = k_ring.index(s)
@@ -190,11 +294,16 @@ def _stage_tile(
 def _stager(
     rings,
     bars,
-    walk,
+    plan,
+    cart_len,
     LV_FP8: gl.constexpr,
+    GROUP: gl.constexpr,
+    BLOCK_M: gl.constexpr,
     BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr,
     STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    PERSISTENT: gl.constexpr,
     STAGER_WARPS: gl.constexpr,
 ):
     """Relays tile i's V from "ready" (its copies landed) to "staged" (the PV wgmma may read it), in tile order:
@@ -205,22 +314,27 @@ def _stager(
     stage's previous tile, after its PV wgmma, and the staging ring's stage is idle while it holds a live tile."""
     lv_ring, st_ring = rings
     v_ready, staged = bars
-    cart_len, n_live, kv_len = walk
     n_cart = gl.cdiv(cart_len, BLOCK_N)
-    for i in range(n_cart):
-        s = i % STAGES
-        mbarrier.wait(v_ready.index(s), (i // STAGES) & 1)
-        _hand_over(staged.index(s))
-    for t in range(n_live):
-        i = n_cart + t
-        s = i % STAGES
-        mbarrier.wait(v_ready.index(s), (i // STAGES) & 1)
-        if LV_FP8:
-            _stage_tile(lv_ring.index(s), st_ring.index(s), t * BLOCK_N, kv_len, BLOCK_N, HEAD_DIM, STAGER_WARPS)
-        elif t * BLOCK_N + BLOCK_N > kv_len:
-            v = lv_ring.index(s)
-            _stage_tile(v, v, t * BLOCK_N, kv_len, BLOCK_N, HEAD_DIM, STAGER_WARPS)
-        _hand_over(staged.index(s))
+    it = 0
+    for k in range(_items(plan, PERSISTENT)):
+        _, _, _, _, kv_len, _, n_live = _work_item(plan, k, GROUP, BLOCK_M, BLOCK_N, CAUSAL, PERSISTENT)
+        for c in range(n_cart):
+            i = it + c
+            s = i % STAGES
+            mbarrier.wait(v_ready.index(s), (i // STAGES) & 1)
+            _hand_over(staged.index(s))
+        for t in range(n_live):
+            i = it + n_cart + t
+            s = i % STAGES
+            mbarrier.wait(v_ready.index(s), (i // STAGES) & 1)
+            if LV_FP8:
+                _stage_tile(lv_ring.index(s), st_ring.index(s), t * BLOCK_N, kv_len, BLOCK_N, HEAD_DIM,
+                            STAGER_WARPS)  # fmt: skip
+            elif t * BLOCK_N + BLOCK_N > kv_len:
+                v = lv_ring.index(s)
+                _stage_tile(v, v, t * BLOCK_N, kv_len, BLOCK_N, HEAD_DIM, STAGER_WARPS)
+            _hand_over(staged.index(s))
+        it += n_cart + n_live
 
 
 @gluon.jit
@@ -240,6 +354,23 @@ def _release(bar):
     # Every warp of the warpgroup has passed its wgmma wait before the one arrival that counts this consumer.
     gl.thread_barrier()
     mbarrier.arrive(bar, count=1)
+
+
+@gluon.jit
+def _my_turn(turns, j, PINGPONG: gl.constexpr):
+    """Waits until the other warpgroup has issued its j-th wgmmas (warpgroup 0's first turn is given at launch):
+    the two issue in strict alternation, so a parity names the turn."""
+    if PINGPONG:
+        mine, _ = turns
+        mbarrier.wait(mine, j & 1)
+
+
+@gluon.jit
+def _pass_turn(turns, PINGPONG: gl.constexpr):
+    if PINGPONG:
+        _, other = turns
+        # Every warp of the warpgroup has issued before the other warpgroup may.
+        _release(other)
 
 
 @gluon.jit
@@ -298,21 +429,28 @@ def _walk(
     v_ring,
     st_ring,
     bars,
+    turns,
+    j,
     limit,
     v_scale,
     qk_scale,
     FROM_STAGING: gl.constexpr,
     SCALE_P: gl.constexpr,
+    PINGPONG: gl.constexpr,
     BLOCK_N: gl.constexpr,
     HEAD_DIM: gl.constexpr,
     STAGES: gl.constexpr,
 ):
     """Tiles i0 .. i0 + n - 1 of one source (n >= 1), at positions t * BLOCK_N; tiles from n_full on are masked.
+    ``j`` counts this warpgroup's wgmma issues so far (n + 1 here); returns the count after them.
 
     Software-pipelined within the warpgroup: tile t's QK^T wgmma and tile t - 1's PV wgmma are issued together,
     and tile t's softmax runs while the PV wgmma does. K stages are released as soon as their QK^T is done, V
     stages once their PV is. The PV reads V from the staging ring (FP8 converted by the stager) when
     FROM_STAGING, else from the ring it was loaded into.
+
+    With PINGPONG (two consumers) the warpgroups take turns to issue (`_my_turn`, `_pass_turn`), so one's
+    softmax runs while the other's wgmmas have the tensor cores (FA3's ping-pong schedule).
     """
     k_ready, k_empty, staged, v_empty = bars
     s_layout: gl.constexpr = _score_layout(BLOCK_N)
@@ -323,7 +461,10 @@ def _walk(
     # Tile 0: nothing to overlap with.
     s = i0 % STAGES
     mbarrier.wait(k_ready.index(s), (i0 // STAGES) & 1)
+    _my_turn(turns, j, PINGPONG)
     scores = warpgroup_mma(q_smem, k_ring.index(s).permute((1, 0)), zeros, use_acc=False, is_async=True)
+    _pass_turn(turns, PINGPONG)
+    j += 1
     scores = warpgroup_mma_wait(num_outstanding=0, deps=(scores,))
     _release(k_empty.index(s))
     p, m_i, l_i, alpha = _softmax(scores, m_i, l_i, 0, limit, n_full == 0, v_scale, qk_scale, SCALE_P, BLOCK_N)
@@ -336,8 +477,11 @@ def _walk(
         s = i % STAGES
         prev = (i - 1) % STAGES
         mbarrier.wait(k_ready.index(s), (i // STAGES) & 1)
+        _my_turn(turns, j, PINGPONG)
         scores = warpgroup_mma(q_smem, k_ring.index(s).permute((1, 0)), zeros, use_acc=False, is_async=True)
         acc = warpgroup_mma(p_op, pv_ring.index(prev), acc, is_async=True)
+        _pass_turn(turns, PINGPONG)
+        j += 1
         # wgmma groups retire in order: one left outstanding is the PV, so the scores are complete.
         scores = warpgroup_mma_wait(num_outstanding=1, deps=(scores,))
         _release(k_empty.index(s))
@@ -354,10 +498,13 @@ def _walk(
         m_i = m_new
 
     last = (i0 + n - 1) % STAGES
+    _my_turn(turns, j, PINGPONG)
     acc = warpgroup_mma(p_op, pv_ring.index(last), acc, is_async=True)
+    _pass_turn(turns, PINGPONG)
+    j += 1
     acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc,))
     _release(v_empty.index(last))
-    return acc, m_i, l_i
+    return acc, m_i, l_i, j
 
 
 @gluon.jit
@@ -366,17 +513,60 @@ def _consumer(
     io,
     rings,
     bars,
+    turn_ring,
     q_ring,
+    plan,
+    scalars,
+    strides,
+    GROUP: gl.constexpr,
+    HEAD_DIM: gl.constexpr,
+    BLOCK_M: gl.constexpr,
+    BLOCK_N: gl.constexpr,
+    STAGES: gl.constexpr,
+    CAUSAL: gl.constexpr,
+    PERSISTENT: gl.constexpr,
+    CV_SCALE: gl.constexpr,
+    LV_FP8: gl.constexpr,
+    PINGPONG: gl.constexpr,
+):
+    cart_len, qk_scale = scalars
+    q_smem = q_ring.index(wg)
+    n_cart = gl.cdiv(cart_len, BLOCK_N)
+    turns = (turn_ring.index(wg), turn_ring.index(1 - wg))
+    it = 0
+    j = 0  # wgmma issues so far: the turns run on across work items
+    for k in range(_items(plan, PERSISTENT)):
+        kvh, rows0, q_start, q_len, kv_len, _, n_live = _work_item(plan, k, GROUP, BLOCK_M, BLOCK_N, CAUSAL, PERSISTENT)
+        tile = (rows0, q_start, q_len, kv_len, cart_len, n_live, kvh, qk_scale)
+        j = _consume(wg, io, rings, bars, turns, q_smem, tile, strides, it, j,
+                     GROUP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, PERSISTENT, CV_SCALE, LV_FP8, PINGPONG)  # fmt: skip
+        it += n_cart + n_live
+
+
+@gluon.jit
+def _consume(
+    wg: gl.constexpr,
+    io,
+    rings,
+    bars,
+    turns,
+    q_smem,
     tile,
     strides,
+    it,
+    j,
     GROUP: gl.constexpr,
     HEAD_DIM: gl.constexpr,
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,
     CAUSAL: gl.constexpr,
+    PERSISTENT: gl.constexpr,
     CV_SCALE: gl.constexpr,
     LV_FP8: gl.constexpr,
+    PINGPONG: gl.constexpr,
 ):
+    """One work item's 64 rows of this warpgroup, its tiles from ring position ``it``: Q in, both walks, out.
+    ``j`` counts the warpgroup's wgmma issues so far; returns the count after this item's."""
     q_ptr, o_ptr, cv_scale_ptr, lv_scale_ptr = io
     k_ring, cv_ring, lv_ring, st_ring = rings
     rows0, q_start, q_len, kv_len, cart_len, n_live, kvh, qk_scale = tile
@@ -394,7 +584,6 @@ def _consumer(
     d = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, q_lay))
     q_off = (q_start + tok)[:, None].to(gl.int64) * stride_qt + head[:, None] * stride_qh + d[None, :]
     q = gl.load(q_ptr + q_off, mask=(tok < q_len)[:, None], other=0.0)
-    q_smem = q_ring.index(wg)
     q_smem.store(q)
     fence_async_shared()
     gl.thread_barrier()
@@ -414,9 +603,9 @@ def _consumer(
     # ---- cartridge: full tiles, then the ragged one (its box is zero-filled past T_c) ----
     n_cart = gl.cdiv(cart_len, BLOCK_N)
     cart_limit = cart_len - 1 + tok_s * 0
-    acc, m_i, l_i = _walk(
-        0, n_cart, cart_len // BLOCK_N, acc, m_i, l_i, q_smem, k_ring, cv_ring, st_ring, bars, cart_limit,
-        1.0, qk_scale, False, False, BLOCK_N, HEAD_DIM, STAGES,
+    acc, m_i, l_i, j = _walk(
+        it, n_cart, cart_len // BLOCK_N, acc, m_i, l_i, q_smem, k_ring, cv_ring, st_ring, bars, turns, j,
+        cart_limit, 1.0, qk_scale, False, False, PINGPONG, BLOCK_N, HEAD_DIM, STAGES,
     )  # fmt: skip
     # An FP8 cartridge's per-head V scale is constant over the cartridge: applied once to the accumulator (its
     # values arrive as their exact FP16 expansion, unscaled).
@@ -430,9 +619,9 @@ def _consumer(
     # The plan guarantees a live token per request (kv_len >= q_len >= 1); a block table from an engine that broke
     # that promise must not leave a consumer waiting for a tile the producer never loads.
     if n_live > 0:
-        acc, m_i, l_i = _walk(
-            n_cart, n_live, n_live_full, acc, m_i, l_i, q_smem, k_ring, lv_ring, st_ring, bars, limit,
-            lv_scale, qk_scale, LV_FP8, LV_FP8, BLOCK_N, HEAD_DIM, STAGES,
+        acc, m_i, l_i, j = _walk(
+            it + n_cart, n_live, n_live_full, acc, m_i, l_i, q_smem, k_ring, lv_ring, st_ring, bars, turns, j,
+            limit, lv_scale, qk_scale, LV_FP8, LV_FP8, PINGPONG, BLOCK_N, HEAD_DIM, STAGES,
         )  # fmt: skip
 
     out = acc / gl.convert_layout(l_i, gl.SliceLayout(1, o_layout))[:, None]
@@ -450,12 +639,17 @@ def _consumer(
     d_o = gl.arange(0, HEAD_DIM, gl.SliceLayout(0, st_lay))
     o_off = (q_start + tok_o)[:, None].to(gl.int64) * stride_ot + head_o[:, None] * stride_oh + d_o[None, :]
     gl.store(o_ptr + o_off, o.to(o_ptr.dtype.element_ty), mask=(tok_o < q_len)[:, None])
+    if PERSISTENT:
+        # The next work item's Q overwrites the buffer every warp of the warpgroup has just read.
+        gl.thread_barrier()
+    return j
 
 
 # ---------------------------------------------------------------------------------------------------
 # The kernel.
 # ---------------------------------------------------------------------------------------------------
-@gluon.jit
+# The work counts change with every plan: specializing on them (1, multiples of 16) would only add variants.
+@gluon.jit(do_not_specialize=["n_tiles", "n_kvh", "n_programs"])
 def cartridge_prefill_ws_kernel(
     q_ptr,
     o_ptr,
@@ -471,6 +665,9 @@ def cartridge_prefill_ws_kernel(
     kv_len_ptr,
     tile_req_ptr,
     tile_row_ptr,
+    n_tiles,
+    n_kvh,
+    n_programs,
     cart_len,
     qk_scale,
     page_rows,
@@ -487,30 +684,16 @@ def cartridge_prefill_ws_kernel(
     BLOCK_N: gl.constexpr,
     STAGES: gl.constexpr,
     CAUSAL: gl.constexpr,
+    PERSISTENT: gl.constexpr,
     CV_SCALE: gl.constexpr,
     CONSUMER_REGISTERS: gl.constexpr,
 ):
-    pid = gl.program_id(0)
-    kvh = gl.program_id(1)
     CONSUMERS: gl.constexpr = BLOCK_M // ROWS_PER_CONSUMER
+    PINGPONG: gl.constexpr = CONSUMERS == 2
     LV_FP8: gl.constexpr = lv_desc.dtype.primitive_bitwidth == 8
     # The host hands an FP8 cartridge's values over as their exact FP16 expansion (`gluon_host.CartridgeV16`),
     # with CV_SCALE set: no cartridge tile is converted in the kernel.
     gl.static_assert(cv_desc.dtype.primitive_bitwidth == 16, "cartridge V must be 16-bit (FP8 is expanded)")
-
-    req = gl.load(tile_req_ptr + pid)
-    rows0 = gl.load(tile_row_ptr + pid)
-    q_start = gl.load(qo_indptr_ptr + req)
-    q_len = gl.load(qo_indptr_ptr + req + 1) - q_start
-    kv_len = gl.load(kv_len_ptr + req)
-    page0 = gl.load(kv_indptr_ptr + req)
-    tok_hi = gl.minimum((rows0 + BLOCK_M - 1) // GROUP, q_len - 1)
-    if CAUSAL:  # noqa: SIM108
-        live_end = kv_len - q_len + tok_hi + 1
-    else:
-        live_end = kv_len
-    n_live = gl.cdiv(live_end, BLOCK_N)
-    n_pages = gl.cdiv(kv_len, PAGE)
 
     # Shared memory. Q and every 16-bit V buffer are [rows, D] like K, so they take K's swizzled layout. One 16-bit
     # V ring serves a stage whatever tile it holds: a cartridge tile, a 16-bit live tile (another dtype is the same
@@ -538,6 +721,14 @@ def cartridge_prefill_ws_kernel(
         mbarrier.init(v_ready.index(s), count=1)
         mbarrier.init(v_empty.index(s), count=CONSUMERS)
         mbarrier.init(staged.index(s), count=1)
+    # The consumers' turns to issue wgmmas (PINGPONG): warpgroup w waits on its own, the other passes it on.
+    # Warpgroup 0 has the first turn. Two even for one consumer, which never waits on them: its `turns` are
+    # indexed all the same.
+    turn_ring = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    for w in gl.static_range(2):
+        mbarrier.init(turn_ring.index(w), count=1)
+    if PINGPONG:
+        mbarrier.arrive(turn_ring.index(0), count=1)
 
     # Bytes a K or V stage's "ready" barrier expects: one tile, cartridge box or BLOCK_N // PAGE pages.
     K_BYTES: gl.constexpr = BLOCK_N * HEAD_DIM * ck_desc.dtype.primitive_bitwidth // 8
@@ -547,23 +738,25 @@ def cartridge_prefill_ws_kernel(
     rings = (k_ring, cv_ring, lv_ring, st_ring)
     bars = (k_ready, k_empty, staged, v_empty)
     io = (q_ptr, o_ptr, cv_scale_ptr, lv_scale_ptr)
-    tile = (rows0, q_start, q_len, kv_len, cart_len, n_live, kvh, qk_scale)
-    strides = (stride_qt, stride_qh, stride_ot, stride_oh)
-    walk = (page0, n_pages, cart_len, n_live, kvh, page_rows, lk_head_cols, lv_head_cols)
-    stager_walk = (cart_len, n_live, kv_len)
+    plan = (tile_req_ptr, tile_row_ptr, qo_indptr_ptr, kv_indptr_ptr, kv_len_ptr, n_tiles, n_kvh, n_programs)
+    scalars = (cart_len, qk_scale)
+    # Strides are positive: widened without a sign, they take no register of their own through the walks.
+    strides = (stride_qt.to(gl.uint32).to(gl.int64), stride_qh, stride_ot.to(gl.uint32).to(gl.int64), stride_oh)
+    walk = (cart_len, page_rows, lk_head_cols, lv_head_cols)
     # Constexprs are written out in each partition's arguments: through a tuple variable they would become values.
     if CONSUMERS == 2:
         gl.warp_specialize(
             [
-                (_consumer, (0, io, rings, bars, q_ring, tile, strides,
-                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, CV_SCALE, LV_FP8)),
-                (_consumer, (1, io, rings, bars, q_ring, tile, strides,
-                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, CV_SCALE, LV_FP8)),
+                (_consumer, (0, io, rings, bars, turn_ring, q_ring, plan, scalars, strides, GROUP, HEAD_DIM,
+                             BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT, CV_SCALE, LV_FP8, PINGPONG)),
+                (_consumer, (1, io, rings, bars, turn_ring, q_ring, plan, scalars, strides, GROUP, HEAD_DIM,
+                             BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT, CV_SCALE, LV_FP8, PINGPONG)),
                 (_producer, ((ck_desc, cv_desc, lk_desc, lv_desc), (k_ring, cv_ring, lv_ring),
-                             (k_ready, k_empty, v_ready, v_empty), kv_indices_ptr, walk,
-                             BLOCK_N, HEAD_DIM, PAGE, STAGES, K_BYTES, CV_BYTES, LK_BYTES, LV_BYTES)),
-                (_stager, ((lv_ring, st_ring), (v_ready, staged), stager_walk,
-                           LV_FP8, BLOCK_N, HEAD_DIM, STAGES, STAGER_WARPS)),
+                             (k_ready, k_empty, v_ready, v_empty), kv_indices_ptr, plan, walk,
+                             GROUP, BLOCK_M, BLOCK_N, HEAD_DIM, PAGE, STAGES, CAUSAL, PERSISTENT,
+                             K_BYTES, CV_BYTES, LK_BYTES, LV_BYTES)),
+                (_stager, ((lv_ring, st_ring), (v_ready, staged), plan, cart_len,
+                           LV_FP8, GROUP, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PERSISTENT, STAGER_WARPS)),
             ],
             [4, PRODUCER_WARPS, STAGER_WARPS],
             [CONSUMER_REGISTERS, AUX_REGISTERS_TWO_CONSUMERS, AUX_REGISTERS_TWO_CONSUMERS],
@@ -571,13 +764,14 @@ def cartridge_prefill_ws_kernel(
     else:
         gl.warp_specialize(
             [
-                (_consumer, (0, io, rings, bars, q_ring, tile, strides,
-                             GROUP, HEAD_DIM, BLOCK_N, STAGES, CAUSAL, CV_SCALE, LV_FP8)),
+                (_consumer, (0, io, rings, bars, turn_ring, q_ring, plan, scalars, strides, GROUP, HEAD_DIM,
+                             BLOCK_M, BLOCK_N, STAGES, CAUSAL, PERSISTENT, CV_SCALE, LV_FP8, PINGPONG)),
                 (_producer, ((ck_desc, cv_desc, lk_desc, lv_desc), (k_ring, cv_ring, lv_ring),
-                             (k_ready, k_empty, v_ready, v_empty), kv_indices_ptr, walk,
-                             BLOCK_N, HEAD_DIM, PAGE, STAGES, K_BYTES, CV_BYTES, LK_BYTES, LV_BYTES)),
-                (_stager, ((lv_ring, st_ring), (v_ready, staged), stager_walk,
-                           LV_FP8, BLOCK_N, HEAD_DIM, STAGES, STAGER_WARPS)),
+                             (k_ready, k_empty, v_ready, v_empty), kv_indices_ptr, plan, walk,
+                             GROUP, BLOCK_M, BLOCK_N, HEAD_DIM, PAGE, STAGES, CAUSAL, PERSISTENT,
+                             K_BYTES, CV_BYTES, LK_BYTES, LV_BYTES)),
+                (_stager, ((lv_ring, st_ring), (v_ready, staged), plan, cart_len,
+                           LV_FP8, GROUP, BLOCK_M, BLOCK_N, HEAD_DIM, STAGES, CAUSAL, PERSISTENT, STAGER_WARPS)),
             ],
             [PRODUCER_WARPS, STAGER_WARPS],
             [AUX_REGISTERS_ONE_CONSUMER, AUX_REGISTERS_ONE_CONSUMER],

@@ -227,6 +227,7 @@ class Specialization:
     cart_rows: int = 0
     cart_splits: int = 1
     cart_pdl: bool = False
+    persistent: bool = False
 
     @property
     def key(self) -> str:
@@ -241,7 +242,7 @@ class Specialization:
         return K.KernelConfig(
             self.block_m, self.block_n, self.reqs_per_program, self.num_warps, self.num_stages, self.splits,
             self.warp_specialize, self.cartridge_tma, self.impl, self.cart_rows, self.cart_splits,
-            self.cart_pdl,
+            self.cart_pdl, self.persistent,
         )  # fmt: skip
 
 
@@ -285,4 +286,5 @@ def specialization_of(plan: PlannedLaunch) -> Specialization:
         cart_rows=c.cart_rows,
         cart_splits=c.cart_splits,
         cart_pdl=c.cart_pdl,
+        persistent=c.persistent,
     )

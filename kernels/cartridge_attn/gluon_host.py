@@ -6,8 +6,8 @@ hosts. Gluon is experimental and its API moves between releases (3.9 renamed the
 so another Triton is refused here with the reason, never half-compiled.
 
 `compile_offline` builds the kernel for SM90 without a GPU (Triton's own ptxas), which is how the CPU tests check
-every variant the dispatch can choose: that it compiles, issues wgmma and TMA, specializes its warps and spills
-nothing.
+every variant the dispatch can choose: that it compiles, issues wgmma and TMA, specializes its warps, and spills
+nothing in its loops over tiles (nothing at all with one program per work item).
 """
 
 from __future__ import annotations
@@ -28,10 +28,12 @@ __all__ = [
     "CartridgeV16",
     "compile_offline",
     "descriptors",
+    "device_sms",
     "direct_launches",
     "gluon_problem",
     "launch",
     "launch_options",
+    "programs_per_sm",
 ]
 
 GLUON_TRITON = "3.6"  # the Triton release (major.minor) whose Gluon the kernel is written in
@@ -39,6 +41,7 @@ GLUON_TRITON = "3.6"  # the Triton release (major.minor) whose Gluon the kernel 
 # at 168 each, then setmaxnreg moves them to the consumers (224 each; the third warpgroup keeps 56,
 # `_gluon_prefill.AUX_REGISTERS_TWO_CONSUMERS`); with one consumer, two warpgroups at 128.
 _MAXNREG = {2: 168, 1: 128}
+_SM_REGISTERS = 65536
 _CONSUMER_REGISTERS = 224
 
 
@@ -106,6 +109,24 @@ def _same_tensor(a: torch.Tensor | None, b: torch.Tensor) -> bool:
 def launch_options(cfg: H.KernelConfig) -> dict[str, int]:
     """Launch options of a Gluon configuration: one consumer's warps and the launch register count."""
     return {"num_warps": cfg.num_warps, "maxnreg": _MAXNREG[cfg.block_m // 64]}
+
+
+def programs_per_sm(cfg: H.KernelConfig, head_dim: int, live_v_bits: int) -> int:
+    """Programs of ``cfg`` one SM holds at once, by the shared-memory estimate (an upper bound, so never more than
+    fit) and by the launch's registers: how many persistent programs the launch gives each SM."""
+    need = H.gluon_shared_bytes(cfg, head_dim, live_v_bits) + H.SM90_SHARED_BYTES_RESERVED
+    consumers = cfg.block_m // 64
+    threads = 128 * (consumers + 1)  # the consumers' warpgroups and the producer's and stager's
+    by_registers = _SM_REGISTERS // (_MAXNREG[consumers] * threads)
+    return max(1, min(H.SM90_SHARED_BYTES_PER_SM // need, by_registers))
+
+
+@cache
+def device_sms(device: torch.device) -> int:
+    """The SMs of ``device`` (132 on an H100 SXM or H200, 114 on an H100 PCIe)."""
+    import torch
+
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 def _shared_layout(block: list[int], dtype: Any) -> Any:
@@ -219,18 +240,28 @@ def launch(
     ck_desc, cv_desc, lk_desc, lv_desc, page_rows, lk_head_cols, lv_head_cols = descs
     t = plan_tensors
     tensors = (t["qo_indptr"], t["kv_indptr"], t["kv_indices"], t["kv_len"], t["tile_req"], t["tile_row"])
+    n_tiles, n_kvh = grid
+    if cfg.persistent:
+        # As many programs as the GPU holds at once, each walking work items (a plan tile, a KV head) in strides, so
+        # that a program's next item is loading while it finishes the last.
+        per_sm = programs_per_sm(cfg, head_dim, lv_desc.base.dtype.itemsize * 8)
+        n_programs = min(n_tiles * n_kvh, device_sms(q.device) * per_sm)
+        launch_grid: tuple[int, ...] = (n_programs,)
+    else:
+        n_programs, launch_grid = n_tiles * n_kvh, grid
     args = (
         q, out, ck_desc, cv_desc, lk_desc, lv_desc, cartridge_v_scale, live_v_scale, *tensors,
+        n_tiles, n_kvh, n_programs,
         cartridge_len, qk_scale, page_rows, lk_head_cols, lv_head_cols,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1),
     )  # fmt: skip
     constexprs = {
         "GROUP": group, "HEAD_DIM": head_dim, "PAGE": page_size, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
-        "STAGES": cfg.num_stages, "CAUSAL": causal, "CV_SCALE": cartridge_v_scaled,
+        "STAGES": cfg.num_stages, "CAUSAL": causal, "PERSISTENT": cfg.persistent, "CV_SCALE": cartridge_v_scaled,
         "CONSUMER_REGISTERS": _CONSUMER_REGISTERS,
     }  # fmt: skip
     if launches is None:
-        return cartridge_prefill_ws_kernel[grid](*args, **constexprs, **launch_options(cfg))
+        return cartridge_prefill_ws_kernel[launch_grid](*args, **constexprs, **launch_options(cfg))
     # What can change between one layer's calls and Triton specializes on: the descriptors, the cartridge length,
     # page rows and head columns are the layer's own (fixed while its operands live); the constexprs follow the
     # configuration and the plan's shape.
@@ -238,7 +269,7 @@ def launch(
         cfg, page_size, causal, cartridge_v_scaled, group, head_dim,
         q.stride(0), q.stride(1), out.stride(0), out.stride(1), *pointer_specialization((q, out, *tensors)),
     )  # fmt: skip
-    return launches.launch(grid, key, args, constexprs, launch_options(cfg))
+    return launches.launch(launch_grid, key, args, constexprs, launch_options(cfg))
 
 
 def direct_launches() -> DirectLaunches:
@@ -305,12 +336,14 @@ def compile_offline(
         "cv_scale_ptr": "*fp32", "lv_scale_ptr": "*fp32",
         **{name: "*i32" for name in ("qo_indptr_ptr", "kv_indptr_ptr", "kv_indices_ptr", "kv_len_ptr",
                                      "tile_req_ptr", "tile_row_ptr")},
+        "n_tiles": "i32", "n_kvh": "i32", "n_programs": "i32",
         "cart_len": "i32", "qk_scale": "fp32", "page_rows": "i32", "lk_head_cols": "i32", "lv_head_cols": "i32",
         **{name: "i32" for name in ("stride_qt", "stride_qh", "stride_ot", "stride_oh")},
     }  # fmt: skip
     constexprs = {
         "GROUP": group, "HEAD_DIM": head_dim, "PAGE": page_size, "BLOCK_M": cfg.block_m, "BLOCK_N": cfg.block_n,
-        "STAGES": cfg.num_stages, "CAUSAL": causal, "CV_SCALE": scaled, "CONSUMER_REGISTERS": _CONSUMER_REGISTERS,
+        "STAGES": cfg.num_stages, "CAUSAL": causal, "PERSISTENT": cfg.persistent, "CV_SCALE": scaled,
+        "CONSUMER_REGISTERS": _CONSUMER_REGISTERS,
     }  # fmt: skip
     sig.update(dict.fromkeys(constexprs, "constexpr"))
     names = list(sig)

@@ -64,6 +64,9 @@ class KernelConfig:
         ``"triton"``: the Triton kernel (`_kernel`). ``"gluon"``: prefill only, the warp-specialized Gluon kernel
         (`_gluon_prefill`): a TMA producer warp and ``block_m // 64`` consumer warpgroups; ``num_warps`` is then
         the 4 warps of one consumer, ``block_m`` 64 or 128, ``block_n`` 64 or 128, ``num_stages`` its ring depth.
+    persistent : bool
+        Gluon prefill only: a persistent grid, as many programs as the GPU holds at once, each walking (tile, KV
+        head) work items in strides, its rings running on from one item to the next. False: one program per item.
     """
 
     block_m: int
@@ -78,6 +81,7 @@ class KernelConfig:
     cart_rows: int = 0
     cart_splits: int = 1
     cart_pdl: bool = False
+    persistent: bool = False
 
     def __post_init__(self) -> None:
         if self.impl not in IMPLS:
@@ -104,6 +108,8 @@ class KernelConfig:
                 f"a decode cascade takes cart_rows in {CASCADE_ROWS} and 1 to {CASCADE_SPLITS_MAX} cart_splits, "
                 f"on the Triton kernel without prefill options: {self}"
             )
+        if self.persistent and self.impl != "gluon":
+            raise ValueError(f"a persistent grid is a Gluon prefill option: {self}")
         if not self.cart_rows and (self.cart_splits != 1 or self.cart_pdl):
             raise ValueError(f"cart_splits or cart_pdl without cart_rows: {self}")
 
@@ -115,11 +121,12 @@ class KernelConfig:
         """A short name, e.g. ``m16n128r2w4s3`` (block_m, block_n, reqs_per_program, warps, stages), ``k4``
         appended for 4 splits, ``c64x5`` for a decode cascade of 64-row tiles over 5 cartridge ranges (``c64x5p``
         with the live walk a programmatic dependent launch), ``tma`` for
-        TMA cartridge loads, ``ws`` for warp specialization and ``gl`` for the Gluon implementation."""
+        TMA cartridge loads, ``ws`` for warp specialization, ``gl`` for the Gluon implementation and ``glp`` for it on a
+        persistent grid."""
         split = f"k{self.splits}" if self.splits > 1 else ""
         tma = "tma" if self.cartridge_tma else ""
         ws = "ws" if self.warp_specialize else ""
-        gl = "gl" if self.impl == "gluon" else ""
+        gl = ("glp" if self.persistent else "gl") if self.impl == "gluon" else ""
         cascade = f"c{self.cart_rows}x{self.cart_splits}{'p' if self.cart_pdl else ''}" if self.cart_rows else ""
         shape = f"m{self.block_m}n{self.block_n}r{self.reqs_per_program}w{self.num_warps}s{self.num_stages}"
         return f"{shape}{split}{cascade}{tma}{ws}{gl}"
@@ -185,6 +192,10 @@ GLUON_PREFILL_GRID_SMS = GPU_SMS // 2
 # (131,072 rows).
 GLUON_TWO_PER_SM_MAX_ROWS = 32768
 GLUON_TWO_PER_SM_HEAD_DIM = 128  # the head_dim it was measured at
+# Past GLUON_TWO_PER_SM_MAX_ROWS (at least 256 x H_kv work items: 1.9 waves or more on 132 SMs) the 128-row tiles at
+# that head_dim run on a persistent grid, their KV heads' items in turn: 4-6 % less time than one program per item
+# at 64 requests of 512 tokens on an H100 (results/2026-12-07-gluon-persistent-h100, A/B and tile sweep); at fewer
+# items, and for the two-per-SM tiles, persistence cost 1-4 % there.
 
 
 def _pow2_at_least(x: int) -> int:
@@ -351,6 +362,13 @@ def _gluon_two_per_sm(head_dim: int, rows: int | None, num_kv_heads: int | None)
     return not _small_grid(rows, num_kv_heads, "gluon") and rows <= GLUON_TWO_PER_SM_MAX_ROWS
 
 
+def _gluon_persistent(head_dim: int, rows: int | None, block_m: int) -> bool:
+    """Whether the Gluon prefill's default runs ``block_m``-row tiles of this many query rows on a persistent grid
+    (128-row tiles past GLUON_TWO_PER_SM_MAX_ROWS, at GLUON_TWO_PER_SM_HEAD_DIM)."""
+    measured = head_dim == GLUON_TWO_PER_SM_HEAD_DIM and block_m == 128
+    return measured and rows is not None and rows > GLUON_TWO_PER_SM_MAX_ROWS
+
+
 def prefill_config(
     group: int,
     head_dim: int,
@@ -365,6 +383,7 @@ def prefill_config(
     cartridge_tma: bool = False,
     impl: str = "triton",
     live_v_bits: int = 16,
+    persistent: bool | None = None,
 ) -> KernelConfig:
     """Prefill configuration; the defaults follow the H200 sweep recorded in results/2026-11-29-kernel-h200/.
 
@@ -373,7 +392,8 @@ def prefill_config(
     gives the Gluon kernel's configuration: 128 x 128 tiles over a 2-stage ring at head_dim 128
     (3 stages at 64), one consumer warpgroup per 64 rows; 64 x 64 tiles, two programs per SM, from the small-grid
     cut up to GLUON_TWO_PER_SM_MAX_ROWS at head_dim 128; 64-key tiles where the live V bit width would need
-    more shared memory than SM90 has (the Gluon kernel's cartridge V is 16-bit whatever the served dtype).
+    more shared memory than SM90 has (the Gluon kernel's cartridge V is 16-bit whatever the served dtype);
+    ``persistent`` (None: the default) for 128-row tiles past GLUON_TWO_PER_SM_MAX_ROWS at head_dim 128.
     """
     small_grid = _small_grid(rows, num_kv_heads, impl)
     two_per_sm = impl == "gluon" and _gluon_two_per_sm(head_dim, rows, num_kv_heads)
@@ -390,9 +410,12 @@ def prefill_config(
             num_warps=num_warps if num_warps is not None else 4,
             num_stages=num_stages if num_stages is not None else (2 if head_dim == 128 else 3),
             impl="gluon",
+            persistent=_gluon_persistent(head_dim, rows, block_m) if persistent is None else persistent,
         )
         too_big = gluon_shared_bytes(cfg, head_dim, live_v_bits) > SM90_SHARED_BYTES
         return replace(cfg, block_n=64) if too_big and block_n is None else cfg
+    if persistent:
+        raise ValueError(f"a persistent grid is a Gluon prefill option, not the {impl} prefill's")
     bm = max(block_m, 16, _pow2_at_least(group))
     if block_n is None:
         # Measured on the H200 (head_dim 128): 128x32 tiles, one warpgroup, 4 stages beat larger tiles;

@@ -38,28 +38,32 @@ K16V16 = ("bfloat16", "bfloat16", "bfloat16")
 K16V16_LIVE8 = ("bfloat16", "bfloat16", "float8_e4m3fn")  # FP8 staging in the BF16 cartridge ring, reinterpreted
 FP16 = ("float16", "float16", "float8_e4m3fn")
 
-# (tile, head_dim, group, page, causal, dtypes), the tile a block_m or (block_m, block_n): both consumer counts, the
-# dispatch's 64 x 64 tile, both head dims and page sizes, GQA groups that are not powers of two, every V dtype
-# pairing the dispatch serves and fp16 queries.
+# (tile, head_dim, group, page, causal, dtypes), the tile a block_m, (block_m, block_n) or (block_m, block_n,
+# persistent grid): both consumer counts, the dispatch's 64 x 64 tile, both head dims and page sizes, GQA groups that
+# are not powers of two, every V dtype pairing the dispatch serves, fp16 queries and the persistent grid's tiles.
 VARIANTS = [
     (128, 128, 4, 8, True, K16V8), (128, 128, 4, 16, True, K16V8_LIVE8), (128, 128, 4, 8, False, K16V16),
     (64, 128, 4, 8, True, K16V8), (64, 128, 4, 16, True, K16V8_LIVE8), (128, 64, 4, 8, True, K16V8),
     ((64, 64), 128, 4, 8, True, K16V8), ((64, 64), 128, 3, 16, True, K16V8_LIVE8),
     (64, 64, 5, 16, True, K16V8_LIVE8), (128, 128, 3, 8, True, K16V8), (128, 128, 16, 16, False, FP16),
     (128, 64, 1, 8, True, K16V16), (128, 128, 4, 16, True, K16V16_LIVE8),
+    ((128, 128, True), 128, 4, 8, True, K16V8), ((128, 128, True), 128, 4, 16, True, K16V8_LIVE8),
+    ((128, 64, True), 128, 3, 8, True, K16V8), ((64, 64, True), 128, 4, 8, False, K16V16),
 ]  # fmt: skip
 
 
-def _tile(tile: int | tuple[int, int]) -> tuple[int, int | None]:
-    return (tile, None) if isinstance(tile, int) else tile
+def _tile(tile: int | tuple) -> tuple[int, int | None, bool]:
+    bm, bn, persistent = (tile, None, False) if isinstance(tile, int) else (*tile, False)[:3]
+    return bm, bn, persistent
 
 
 def _ids(v: tuple) -> str:
     tile, d, g, page, causal, (q, cv, lv) = v
-    bm, bn = _tile(tile)
+    bm, bn, persistent = _tile(tile)
     name = {"bfloat16": "bf16", "float16": "fp16"}[q]
     keys = f"n{bn}-" if bn else ""
-    return f"m{bm}-{keys}d{d}-g{g}-p{page}-{'causal' if causal else 'full'}-{name}-cv{BITS[cv]}-lv{BITS[lv]}"
+    grid = "persistent-" if persistent else ""
+    return f"m{bm}-{keys}{grid}d{d}-g{g}-p{page}-{'causal' if causal else 'full'}-{name}-cv{BITS[cv]}-lv{BITS[lv]}"
 
 
 def _resources(cubin: bytes, tmp: Path) -> dict[str, int]:
@@ -76,8 +80,8 @@ def _resources(cubin: bytes, tmp: Path) -> dict[str, int]:
 
 def _build(v: tuple, kernel: Any = None) -> tuple[H.KernelConfig, Any]:
     tile, d, g, page, causal, (q, cv, lv) = v
-    bm, bn = _tile(tile)
-    cfg = H.prefill_config(g, d, block_m=bm, block_n=bn, impl="gluon", live_v_bits=BITS[lv])
+    bm, bn, persistent = _tile(tile)
+    cfg = H.prefill_config(g, d, block_m=bm, block_n=bn, impl="gluon", live_v_bits=BITS[lv], persistent=persistent)
     built = compile_offline(cfg, group=g, head_dim=d, page_size=page, causal=causal, q_dtype=q,
                             cartridge_v_dtype=cv, live_v_dtype=lv, kernel=kernel)  # fmt: skip
     return cfg, built
@@ -111,7 +115,13 @@ def test_builds_with_tma_wgmma_and_specialized_warps(variant: tuple, tmp_path: P
     for n in (aux, consumer):
         assert re.search(rf"setmaxnreg\.(inc|dec)\.sync\.aligned\.u32\s+{n};", ptx), n
     res = _resources(built.asm["cubin"], tmp_path)
-    assert res["LOCAL"] + res["STACK"] == 0, "registers spill to local memory"
+    # Nothing spills where it costs: no local memory in the loops over a work item's tiles. On a persistent grid
+    # ptxas may park a word or two of loop bounds there across the partitions' register moves (at 128 x 128: the
+    # item count and the cartridge's tile count), reloaded once per partition or per work item; one program per
+    # item spills nothing.
+    sass = _sass(built.asm["cubin"], tmp_path)
+    assert res["LOCAL"] == 0 and res["STACK"] <= (8 if cfg.persistent else 0), res
+    assert not _local_memory_in_tile_loops(sass), _local_memory_in_tile_loops(sass)
     if (cfg.block_m, cfg.block_n) == (64, 64):
         # The dispatch's two-per-SM tile: two programs' shared memory and launch registers fit one SM.
         assert 2 * (built.metadata.shared + H.SM90_SHARED_BYTES_RESERVED) <= H.SM90_SHARED_BYTES_PER_SM
@@ -124,13 +134,54 @@ def test_builds_with_tma_wgmma_and_specialized_warps(variant: tuple, tmp_path: P
     assert stores and all(st.startswith("st.global.v4.") for st in stores), sorted(set(stores))
 
 
-def _exp2_between_the_waits(cubin: bytes, tmp: Path) -> list[int]:
-    """For each pipelined step in the SASS: the MUFU.EX2 (softmax) instructions between the wait that leaves the
-    PV in flight (DEPBAR.LE 1) and the wait for the PV (DEPBAR.LE 0)."""
+def _sass(cubin: bytes, tmp: Path) -> str:
     tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
     path = tmp / "k.cubin"
     path.write_bytes(cubin)
-    sass = subprocess.run([str(tool), "-c", str(path)], capture_output=True, text=True, check=True).stdout
+    return subprocess.run([str(tool), "-c", str(path)], capture_output=True, text=True, check=True).stdout
+
+
+def _local_memory_in_tile_loops(sass: str) -> list[str]:
+    """Local-memory instructions inside a loop over tiles: a loop (a branch back to a label above it) that issues
+    wgmma or TMA loads and holds no other such loop, i.e. a walk, the producer's loads or the stager's relay. SASS
+    in which no such loop is found gives one line that says so: a check that finds nothing to check must not pass."""
+    lines = sass.splitlines()
+    labels: dict[str, int] = {}
+    loops: list[tuple[int, int]] = []
+    for i, line in enumerate(lines):
+        if m := re.match(r"\s*(\.L_x_\d+):", line):
+            labels[m.group(1)] = i
+        elif (m := re.search(r"BRA `\((\.L_x_\d+)\)", line)) and m.group(1) in labels:
+            loops.append((labels[m.group(1)], i))
+    busy = [(a, b) for a, b in loops if any(re.search(r"HGMMA|UTMALDG|SYNCS.ARRIVE", ln) for ln in lines[a:b])]
+    tile_loops = [(a, b) for a, b in busy if not any(a < c and d <= b and (c, d) != (a, b) for c, d in busy)]
+    if not tile_loops:
+        return ["no loop over tiles found: nvdisasm's labels or branches are not in the form this check reads"]
+    return [lines[i].strip() for a, b in tile_loops for i in range(a, b) if re.search(r"\b(LDL|STL)\b", lines[i])]
+
+
+def test_the_loop_check_reports_local_memory_in_a_loop_over_tiles_only() -> None:
+    # A walk over work items (.L_x_0) around a walk over tiles (.L_x_1): a spill in the tile loop is reported, one
+    # in the item loop or the prologue is not, and SASS without a tile loop is reported as such.
+    sass = """\
+        /*0000*/                   LDL R2, [R1] ;
+.L_x_0:
+        /*0010*/                   STL [R1+0x8], R4 ;
+.L_x_1:
+        /*0020*/                   HGMMA.64x128x16.F32.BF16 R24, gdesc[UR4], RZ, !UPT ;
+        /*0030*/                   LDL R3, [R1+0x4] ;
+        /*0040*/              @P0 BRA `(.L_x_1) ;
+        /*0050*/              @P1 BRA `(.L_x_0) ;
+"""
+    assert _local_memory_in_tile_loops(sass) == ["/*0030*/                   LDL R3, [R1+0x4] ;"]
+    assert _local_memory_in_tile_loops(sass.replace("LDL R3", "MOV R3")) == []
+    assert _local_memory_in_tile_loops(sass.replace("HGMMA", "FFMA"))[0].startswith("no loop over tiles found")
+
+
+def _exp2_between_the_waits(cubin: bytes, tmp: Path) -> list[int]:
+    """For each pipelined step in the SASS: the MUFU.EX2 (softmax) instructions between the wait that leaves the
+    PV in flight (DEPBAR.LE 1) and the wait for the PV (DEPBAR.LE 0)."""
+    sass = _sass(cubin, tmp)
     counts: list[int] = []
     inside: int | None = None
     for line in sass.splitlines():
@@ -178,5 +229,6 @@ def test_every_mutant_of_the_gluon_catalog_still_builds(tmp_path: Path) -> None:
     for i, m in enumerate(loaded.catalog.mutants):
         copy = materialize(target, tmp_path / m.id, m)
         kernel = _load(copy.package / m.file, f"_gluon_mutant_{i}").cartridge_prefill_ws_kernel
-        for variant in (VARIANTS[0], VARIANTS[1]):  # BF16 and FP8 live values: every edited line is traced
+        # BF16 and FP8 live values, one program per item and a persistent grid: every edited line is traced.
+        for variant in (VARIANTS[0], VARIANTS[1], next(v for v in VARIANTS if _tile(v[0])[2])):
             _build(variant, kernel)

@@ -4,6 +4,7 @@ configuration is the one the heuristics choose for it; each region's edges are w
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -83,6 +84,29 @@ def test_the_prefill_regions_agree_with_the_heuristics_across_the_two_per_sm_cut
             assert len(hits) == 1, (group, rows, hits)
             want = prefill_config(group, head_dim, rows=rows, num_kv_heads=num_kv_heads, impl=impl)
             assert hits[0].config == want, (group, rows)
+
+
+@pytest.mark.parametrize("head_dim", K.SUPPORTED_HEAD_DIMS)
+def test_the_gluon_prefill_is_persistent_only_for_its_128_row_tiles_past_the_two_per_sm_ones(head_dim: int) -> None:
+    cut = H.GLUON_TWO_PER_SM_MAX_ROWS
+    below, above = (prefill_config(4, head_dim, rows=r, num_kv_heads=8, impl="gluon") for r in (cut, cut + 1))
+    assert not below.persistent
+    assert above.persistent == (head_dim == H.GLUON_TWO_PER_SM_HEAD_DIM)
+    if above.persistent:
+        assert above.block_m == 128 and above.tag.endswith("glp")
+        # The compiled variant a plan names carries the flag: a persistent launch is not the qualified one-per-item.
+        plan = SimpleNamespace(config=above, mode="prefill", q_dtype=torch.bfloat16, cartridge_v_dtype=torch.bfloat16,
+                               live_v_dtype=torch.bfloat16, num_qo_heads=32, num_kv_heads=8, head_dim=head_dim,
+                               page_size=8, causal=True)  # fmt: skip
+        spec = specialization_of(plan)
+        assert spec.persistent and spec.config == above and spec.key.endswith("glp")
+    # A caller's 64-row tile and the Triton prefill are never persistent, and only the Gluon prefill may be.
+    assert not prefill_config(4, head_dim, rows=cut + 1, num_kv_heads=8, impl="gluon", block_m=64).persistent
+    assert not prefill_config(4, head_dim, rows=cut + 1, num_kv_heads=8).persistent
+    with pytest.raises(ValueError, match="persistent grid is a Gluon prefill option"):
+        dataclasses.replace(prefill_config(4, head_dim, rows=cut + 1, num_kv_heads=8), persistent=True)
+    with pytest.raises(ValueError, match="persistent grid is a Gluon prefill option"):
+        prefill_config(4, head_dim, rows=cut + 1, num_kv_heads=8, persistent=True)
 
 
 def test_the_gluon_table_differs_from_the_triton_one_only_in_prefill(table, gluon_table) -> None:

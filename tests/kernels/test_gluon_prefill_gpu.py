@@ -7,12 +7,14 @@ memory and must be zeroed there, not multiplied by P = 0.
 
 from __future__ import annotations
 
+import random
+
 import pytest
 import torch
 from _cartridge_attn_check import assert_matches, run_fused
 from _serving_kernels import poison_unused_slots
 from cartridge_attn import CartridgeAttention, kernel_identity, prefill_config, random_problem, reference_attention
-from cartridge_attn.gluon_host import gluon_problem
+from cartridge_attn.gluon_host import device_sms, gluon_problem, programs_per_sm
 
 pytestmark = pytest.mark.gpu
 CUDA = torch.device("cuda")
@@ -86,6 +88,25 @@ def test_long_suffixes_repeat_bitwise_and_agree_with_the_triton_kernel() -> None
     assert torch.equal(first.out, again.out), "two launches on the same inputs differ: a race between partitions"
     assert triton.attn.plan_info.config.impl == "triton"
     torch.testing.assert_close(first.out.float(), triton.out.float(), rtol=2e-2, atol=2e-2)
+
+
+@pytest.mark.parametrize(("block_m", "block_n"), [(128, 128), (64, 64)], ids=["m128", "m64-n64"])
+def test_persistent_programs_walk_many_work_items_of_every_length(block_m: int, block_n: int) -> None:
+    # Many more work items (tile, KV head) than the programs the GPU holds, of random lengths: each program walks
+    # several, its rings' stages and barrier phases running on from one item to the next whatever their tile counts.
+    # An item skipped leaves NaN rows, one walked with another's lengths or a phase off by one gives wrong rows, a
+    # hang or launches that differ.
+    q_lens = [random.randint(1, 300) for _ in range(40)]
+    live = [q + random.randint(0, 200) for q in q_lens]
+    pr = random_problem(q_lens, live, device=CUDA, **_qwen())
+    poison_unused_slots(pr)
+    cfg = prefill_config(4, 128, block_m=block_m, block_n=block_n, impl="gluon", persistent=True)
+    items = sum(-(-q * 4 // block_m) for q in q_lens) * 8
+    held = device_sms(CUDA) * programs_per_sm(cfg, 128, 16)
+    assert items > 4 * held
+    runs = [run_fused(pr, config=cfg) for _ in range(2)]
+    assert_matches(runs[0])
+    assert torch.equal(runs[0].out, runs[1].out), "two launches on the same inputs differ"
 
 
 @pytest.mark.parametrize("live_v", [BF16, V8], ids=["live16", "live8"])
