@@ -8,6 +8,7 @@
 #   sign_site      cryptography for signing (see below)
 #   vllm_if_staged vLLM from staged parts when .vllm/setup.sh came with this call (part 3 staged too if carried):
 #                  for calls whose main work needs FlashInfer (.gpu) and only one baseline needs vLLM (FA3)
+#   mutant_jobs    mutants at once beside a numerics run (JOBS, else by the GPU's memory)
 #   signed_run DIR NAME LIMIT RUN_ARGS...
 #                  `qualify run RUN_ARGS` (gate files, -k, options) signed with the throw-away key, non-release,
 #                  report NAME in $WORK/DIR, log $WORK/DIR.log, killed after LIMIT s; prints its exit and time
@@ -66,6 +67,16 @@ signed_run() {
     --out "$WORK/$dir" --name "$name" --sign-key "$WORK/keys/signing-key.pem" --non-release -- -q \
     >"$WORK/$dir.log" 2>&1
   echo "$name: exit $? after ${SECONDS} s"
+}
+# mutant_jobs: how many mutants run at once beside a numerics run: JOBS when set, else 8 on a GPU of more than 100 GiB
+# (an H200) and 4 on less. Eight Gluon mutants beside the numerics gate's four workers ran one item out of an H100's
+# 80 GB (results/2026-12-07-gluon-persistent-cut-h100): an item out of memory shows nothing about its mutant.
+mutant_jobs() {
+  local mib
+  mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
+  if [[ -n ${JOBS:-} ]]; then echo "$JOBS"
+  elif [[ ${mib:-0} =~ ^[0-9]+$ && $mib -gt 102400 ]]; then echo 8
+  else echo 4; fi
 }
 # signed_mutants DIR NAME LIMIT JOBS PER_MUTANT_S CATALOG: one signed `qualify mutants` run of CATALOG under $WORK/DIR,
 # its log in $WORK/DIR.log; UNMUTATED=killing-items runs the unmutated copy after the mutants, on their killing items.

@@ -18,6 +18,9 @@ the Triton kernel (Nsight Compute of both against FA3, results/2026-12-04-decode
   together and tile j's softmax runs while the PV does, so the tensor cores are not idle through every softmax.
   A K stage is released once its QK^T is done, a tile before the V stage, so the producer refills K early.
   The first version (results/2026-12-05-gluon-prefill-h200) waited for each wgmma and stalled on it.
+* **Turns between the two consumers** (FA3's ping-pong): each issues its wgmmas only after the other has issued
+  its own, so that one's softmax runs while the other's wgmmas do. Timed twice, it is a tie: -3 % at 64 x 512 alone,
+  nothing measurable on top of the persistent grid (results/2026-12-07-gluon-persistent-pingpong-h200).
 
 **A persistent grid** (PERSISTENT; `KernelConfig.persistent`, the dispatch's for its 128-row tiles): as many
 programs as the GPU holds at once (`gluon_host.programs_per_sm`), each walking work items, a plan tile for one KV
@@ -358,8 +361,9 @@ def _release(bar):
 
 @gluon.jit
 def _my_turn(turns, j, PINGPONG: gl.constexpr):
-    """Waits until the other warpgroup has issued its j-th wgmmas (warpgroup 0's first turn is given at launch):
-    the two issue in strict alternation, so a parity names the turn."""
+    """Waits for this warpgroup's j-th turn: warpgroup 0's first is given at launch, its j-th comes once warpgroup
+    1 has issued its wgmmas j - 1, and warpgroup 1's j-th once warpgroup 0 has issued its wgmmas j. The two
+    alternate strictly, never a turn apart by more than one, so the parity of j names the phase."""
     if PINGPONG:
         mine, _ = turns
         mbarrier.wait(mine, j & 1)

@@ -28,13 +28,16 @@ _TAIL_CHARS = 2000
 # What one name of a pytest -k expression may hold (pytest's own identifier grammar); -k matches substrings, so an
 # expression of names selects every item so named and perhaps more, never fewer.
 _K_NAME = re.compile(r"(?:\w|:|\+|-|\.|\[|\]|\\|/)+")
+# An item that ran out of GPU memory shows nothing about the mutant: the allocation fails for the host's reasons
+# (2026-12-07: the Gluon mutants, eight at once beside the numerics gate, on an 80 GB card), so it is no kill.
+_OUT_OF_MEMORY = re.compile(r"out of memory", re.IGNORECASE)
 
 
 class MutantStatus(StrEnum):
-    KILLED = "killed"  # an item failed, or errored (a crash detects too; the report names such kills apart)
+    KILLED = "killed"  # an item failed, or errored but not out of GPU memory (a crash detects too; named apart)
     SURVIVED = "survived"  # every item ran and passed
     EQUIVALENT = "equivalent"  # survived, and the catalog argues why no input can tell it apart
-    INCONCLUSIVE = "inconclusive"  # nothing failed, but items were skipped or incomplete: nothing shown
+    INCONCLUSIVE = "inconclusive"  # nothing failed, but items were skipped, incomplete or out of GPU memory
     BROKEN = "broken"  # no usable report: the copy was not imported, the child crashed or timed out
 
 
@@ -122,6 +125,10 @@ def _nodeid(item: dict[str, Any]) -> str:
     return str(item.get("nodeid") or item.get("name"))
 
 
+def _out_of_memory(item: dict[str, Any]) -> bool:
+    return item.get("status") == "error" and bool(_OUT_OF_MEMORY.search(str(item.get("reason") or "")))
+
+
 def classify(report: dict[str, Any], copy: Copy, required: Collection[str] | None = None) -> ChildRun:
     """The mutant's status from the child's plain report (before timing and exit code are filled in). With
     `required` (node ids, for a run of selected items): SURVIVED means every required item ran and passed,
@@ -137,15 +144,19 @@ def classify(report: dict[str, Any], copy: Copy, required: Collection[str] | Non
     if foreign:
         return ChildRun(MutantStatus.BROKEN, verdict, None, 0.0, counts=counts,
                         reason=f"the report names kernel sources other than the copy's: {sorted(foreign)}")  # fmt: skip
+    starved = [_nodeid(it) for it in items if _out_of_memory(it)]
     killers = [
         {"item": str(it.get("name") or it.get("nodeid")), "nodeid": _nodeid(it), "status": str(it.get("status")),
          "failed_checks": "; ".join(c.get("name", "") for c in it.get("checks") or [] if not c.get("passed"))[:300],
          "reason": str(it.get("reason") or "")[:300]}
         for it in items
-        if it.get("status") in ("failed", "error")
+        if it.get("status") in ("failed", "error") and not _out_of_memory(it)
     ]  # fmt: skip
     if killers:
         return ChildRun(MutantStatus.KILLED, verdict, None, 0.0, killed_by=killers, counts=counts)
+    if starved:
+        reason = f"{len(starved)} items ran out of GPU memory (the host's, not a kill): {', '.join(starved)[:300]}"
+        return ChildRun(MutantStatus.INCONCLUSIVE, verdict, None, 0.0, counts=counts, reason=reason)
     if required is not None:
         passed = {_nodeid(it) for it in items if it.get("status") == "passed"}
         missing = sorted(set(required) - passed)

@@ -148,3 +148,21 @@ def test_kills_by_errors_alone_are_named_apart(tmp_path: Path) -> None:
     got = summarize(_run(MutantStatus.SURVIVED), rows)
     assert got["score"] == 1.0 and got["verdict"] == "PASS"  # a crash detects the mutant
     assert got["killed_only_by_errors"] == ["m-crash"]
+
+
+def test_items_out_of_gpu_memory_kill_nothing(tmp_path: Path) -> None:
+    # On a GPU shared with other runs an allocation can fail for the host's reasons: that shows nothing about the
+    # mutant, so a run whose only error is one is inconclusive and makes the verdict INCOMPLETE, never PASS.
+    copy, sha = _copy(tmp_path)
+    oom = {**_item("big", "error"), "reason": "OutOfMemoryError: CUDA out of memory. Tried to allocate 704.00 MiB."}
+    starved = classify({"verdict": "FAIL", "items": [_item("a", "passed", sha), oom]}, copy)
+    assert starved.status is MutantStatus.INCONCLUSIVE and not starved.killed_by
+    assert "1 items ran out of GPU memory" in starved.reason and "big" in starved.reason
+    driver = {**_item("big", "error"), "reason": "RuntimeError: CUDA error: out of memory"}
+    assert classify({"verdict": "FAIL", "items": [driver]}, copy).status is MutantStatus.INCONCLUSIVE
+    # A failed check beside it still kills, and the kill names that item alone.
+    both = classify({"verdict": "FAIL", "items": [oom, _item("b", "failed", sha)]}, copy)
+    assert both.status is MutantStatus.KILLED and [k["item"] for k in both.killed_by] == ["b"]
+    rows = [mutant_row(_m("m-starved"), starved, None), mutant_row(_m("m-check"), both, None)]
+    got = summarize(_run(MutantStatus.SURVIVED), rows)
+    assert got["verdict"] == "INCOMPLETE" and got["counts"]["inconclusive"] == 1 and got["score"] == 1.0

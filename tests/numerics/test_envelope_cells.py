@@ -156,16 +156,16 @@ def test_lint_keeps_cascade_and_min_batch_to_decode_cells() -> None:
 
 def test_the_gluon_envelope_straddles_the_gluon_tile_switch() -> None:
     # The Gluon prefill leaves its small-grid tiles at half the SMs' programs (9 tiles per KV head: 1,152 rows = 288
-    # tokens of group 4), not the Triton prefill's 544 tokens, and its two-per-SM tiles past 32,768 rows (8,192
+    # tokens of group 4), not the Triton prefill's 544 tokens, and its two-per-SM tiles past 16,384 rows (4,096
     # tokens) for 128-row tiles on a persistent grid: its envelope's edges are its own, and it reaches past the last.
     path = Path(__file__).parents[2] / "gates" / "kernel_numerics_gluon.yaml"
     items = [i for i in compile_gate_file(path, default_registry()).items
              if i.gate_id == "gluon-envelope-p8" and i.params.live_v == "bf16"]  # fmt: skip
     assert items and all(i.params.prefill_impl == "gluon" for i in items)
     tokens = {sum(i.params.batch.q_lens) for i in items}
-    assert {2, 287, 288, 8192, 8193} <= tokens and 543 not in tokens
-    tiles = {t: prefill_config(4, 128, rows=t * 4, num_kv_heads=8, impl="gluon").tag for t in (287, 288, 8192, 8193)}
-    assert tiles == {287: "m64n128r1w4s2gl", 288: "m64n64r1w4s2gl", 8192: "m64n64r1w4s2gl", 8193: "m128n128r1w4s2glp"}
+    assert {2, 287, 288, 4096, 4097} <= tokens and 543 not in tokens
+    tiles = {t: prefill_config(4, 128, rows=t * 4, num_kv_heads=8, impl="gluon").tag for t in (287, 288, 4096, 4097)}
+    assert tiles == {287: "m64n128r1w4s2gl", 288: "m64n64r1w4s2gl", 4096: "m64n64r1w4s2gl", 4097: "m128n128r1w4s2glp"}
 
 
 def test_every_gluon_envelope_reaches_every_tile_its_dispatch_takes() -> None:

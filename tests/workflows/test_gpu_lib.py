@@ -36,3 +36,23 @@ def test_staged_vllm_comes_after_flashinfer(tmp_path: Path) -> None:
 def test_a_failed_setup_says_so_and_fails(tmp_path: Path) -> None:
     said, status = _run(tmp_path, "return 1\n").splitlines()
     assert "vLLM not set up" in said and status == "1:/proj:/tmp/gpu-site"
+
+
+def _jobs(tmp_path: Path, mib: str | None, jobs: str | None = None) -> str:
+    # A stand-in nvidia-smi on the path reports the GPU's memory (MiB), as the real one does for the query.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    smi = bin_dir / "nvidia-smi"
+    smi.write_text(f"#!/bin/sh\necho {mib}\n" if mib is not None else "#!/bin/sh\nexit 9\n")
+    smi.chmod(0o755)
+    lib = ROOT / "scripts" / "gpu_lib.sh"
+    env = f"PATH={bin_dir}:/usr/bin:/bin " + (f"JOBS={jobs} " if jobs else "")
+    proc = subprocess.run(["bash", "-c", f"source {lib}; {env}mutant_jobs"], capture_output=True, text=True, check=True)
+    return proc.stdout.strip()
+
+
+def test_mutants_at_once_follow_the_gpus_memory(tmp_path: Path) -> None:
+    assert _jobs(tmp_path, "143771") == "8"  # an H200
+    assert _jobs(tmp_path, "81559") == "4"  # an H100: eight beside the numerics run ran an item out of memory
+    assert _jobs(tmp_path, None) == "4"  # no answer: the smaller
+    assert _jobs(tmp_path, "81559", jobs="6") == "6"
