@@ -74,6 +74,7 @@ signed_run() {
 mutant_jobs() {
   local mib
   mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -n 1)
+  mib=${mib//[[:space:]]/}
   if [[ -n ${JOBS:-} ]]; then echo "$JOBS"
   elif [[ ${mib:-0} =~ ^[0-9]+$ && $mib -gt 102400 ]]; then echo 8
   else echo 4; fi

@@ -19,8 +19,9 @@
 #   bash scripts/gpu_speed.sh qualify            (carry .gpu/setup.sh, .vllm/2, .vllm/MANIFEST, .vllm/stage.sh; or only
 #        .gpu) stages vLLM part 2 when carried; the default numerics gates (gates/kernel_numerics.yaml and
 #        gates/kernel_numerics_gluon.yaml, both prefills, in one signed run) and `qualify mutants` of the Triton kernel
-#        (JOBS at once; by default gpu_lib.sh's mutant_jobs, 8 on an H200 and 4 on an H100; signed) side by side:
-#        correctness items only, so sharing the GPU changes no verdict; MUTANTS=0 leaves out the mutation run,
+#        (JOBS at once; beside the numerics run by default gpu_lib.sh's mutant_jobs, 8 on an H200 and 4 on an H100,
+#        alone 8; signed) side by side: correctness items only, so sharing the GPU changes no check's outcome (an
+#        item it runs out of memory is inconclusive, never a pass or a kill); MUTANTS=0 leaves out the mutation run,
 #        MUTANTS=only runs it alone (the gate grew past what fits beside it in one call's 600 s); the numerics items
 #        run on every GPU (GPUS, default auto) with 4 workers each (WORKERS_PER_GPU; 819 items took 188 s on one
 #        H100); UNMUTATED=killing-items runs the mutants' unmutated copy after them on their killing items only (694
@@ -198,7 +199,9 @@ qualify)
     if [ "${MUTANTS:-1}" != 0 ]; then
       # Each child runs the whole gate at worst (the unmutated copy always does): 596 items took 531 s beside the
       # numerics run on the H200 (2026-12-06), past a 420 s child limit; alone (MUTANTS=only) they fit 540 s.
-      signed_mutants mutation mutation-h200 580 "$(mutant_jobs)" "${EACH_S:-540}" mutation/cartridge_attn.yaml
+      jobs=$(mutant_jobs)
+      [ "${MUTANTS:-1}" = only ] && jobs=${JOBS:-8}  # nothing beside them
+      signed_mutants mutation mutation-h200 580 "$jobs" "${EACH_S:-540}" mutation/cartridge_attn.yaml
     fi
     wait $numerics
     [ -n "$numerics" ] && tail -n 25 "$WORK/numerics.log"

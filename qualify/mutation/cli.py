@@ -159,7 +159,10 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         line = _line(len(mutants), len(mutants), BASELINE_NAME, runs[BASELINE_NAME][0])
         print(line.replace("] survived", "] passed  ", 1), flush=True)
     baseline = runs.pop(BASELINE_NAME)[0]
-    if baseline.status.value != "survived":
+    if baseline.status.value == "inconclusive":
+        print(f"the unmutated kernel's run showed nothing ({baseline.reason}): the mutation score means nothing",
+              file=sys.stderr)  # fmt: skip
+    elif baseline.status.value != "survived":
         print("the gate does not pass the unmutated kernel: the mutation score means nothing", file=sys.stderr)
     rows = [mutant_row(m, *runs[m.id]) for m in mutants if m.id in runs]
     finished = datetime.now(UTC)

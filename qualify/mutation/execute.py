@@ -30,7 +30,7 @@ _TAIL_CHARS = 2000
 _K_NAME = re.compile(r"(?:\w|:|\+|-|\.|\[|\]|\\|/)+")
 # An item that ran out of GPU memory shows nothing about the mutant: the allocation fails for the host's reasons
 # (2026-12-07: the Gluon mutants, eight at once beside the numerics gate, on an 80 GB card), so it is no kill.
-_OUT_OF_MEMORY = re.compile(r"out of memory", re.IGNORECASE)
+_OUT_OF_MEMORY = re.compile(r"out[ _]of[ _]memory|OutOfMemoryError|_ALLOC_FAILED", re.IGNORECASE)
 
 
 class MutantStatus(StrEnum):
@@ -131,8 +131,8 @@ def _out_of_memory(item: dict[str, Any]) -> bool:
 
 def classify(report: dict[str, Any], copy: Copy, required: Collection[str] | None = None) -> ChildRun:
     """The mutant's status from the child's plain report (before timing and exit code are filled in). With
-    `required` (node ids, for a run of selected items): SURVIVED means every required item ran and passed,
-    whatever the rest."""
+    `required` (node ids, for a run of selected items): SURVIVED means every required item ran and passed, and
+    nothing else failed (an item out of GPU memory, required or not, leaves it INCONCLUSIVE)."""
     items = report.get("items") or []
     counts: dict[str, int] = {}
     for it in items:

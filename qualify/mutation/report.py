@@ -43,10 +43,11 @@ def mutant_row(m: Mutant, run: ChildRun, edited_sha256: str | None) -> dict[str,
 def summarize(baseline: ChildRun, rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """Counts, score (killed / (killed + survived)) and verdict.
 
-    PASS: the unmutated kernel passed and every mutant was killed or argued equivalent. FAIL: the unmutated
-    kernel failed (with `--unmutated killing-items`: an item that killed a mutant failed it or did not run), a mutant
-    survived, or one argued equivalent was killed. INCOMPLETE: otherwise (inconclusive
-    or broken children), since nothing was shown for those. A mutant killed only by items that errored (no check
+    PASS: the unmutated kernel passed and every mutant was killed or argued equivalent. FAIL: the gate failed the
+    unmutated kernel (with `--unmutated killing-items`: an item that killed a mutant failed it) or its run broke, a
+    mutant survived, or one argued equivalent was killed. INCOMPLETE: otherwise (inconclusive or broken children, or
+    an inconclusive unmutated run: an item out of GPU memory, or a killing item that did not run), since nothing was
+    shown for those. A mutant killed only by items that errored (no check
     failed: the run crashed, for instance on an illegal memory access) counts as killed, as mutation tools count
     a crash, and is listed in ``killed_only_by_errors`` with the errors, since an error could also be the host's;
     one killed only by items that ran out of GPU memory is inconclusive (`execute.classify`).
@@ -54,9 +55,10 @@ def summarize(baseline: ChildRun, rows: Sequence[dict[str, Any]]) -> dict[str, A
     counts = Counter(r["status"] for r in rows)
     killed, survived = counts.get("killed", 0), counts.get("survived", 0)
     contradicted = [r["id"] for r in rows if r["equivalence_argument"] and r["status"] == "killed"]
-    if baseline.status is not MutantStatus.SURVIVED or survived or contradicted:
+    # An inconclusive unmutated run showed neither a pass nor a failure of the gate.
+    if baseline.status not in (MutantStatus.SURVIVED, MutantStatus.INCONCLUSIVE) or survived or contradicted:
         verdict = "FAIL"
-    elif counts.get("inconclusive", 0) or counts.get("broken", 0):
+    elif baseline.status is MutantStatus.INCONCLUSIVE or counts.get("inconclusive", 0) or counts.get("broken", 0):
         verdict = "INCOMPLETE"
     else:
         verdict = "PASS"

@@ -129,6 +129,8 @@ ARGUED = "no input can tell: the edited branch is dead for every shape the API a
         (MutantStatus.SURVIVED, [MutantStatus.KILLED, MutantStatus.BROKEN], None, "INCOMPLETE", 1.0),
         (MutantStatus.SURVIVED, [MutantStatus.KILLED, MutantStatus.INCONCLUSIVE], None, "INCOMPLETE", 1.0),
         (MutantStatus.KILLED, [], None, "FAIL", None),  # the gate fails the unmutated kernel
+        (MutantStatus.BROKEN, [MutantStatus.KILLED], None, "FAIL", 1.0),  # its run broke (a hang, a crash)
+        (MutantStatus.INCONCLUSIVE, [MutantStatus.KILLED], None, "INCOMPLETE", 1.0),  # it showed nothing
     ],
 )
 def test_score_and_verdict(baseline, statuses, equivalent, verdict, score) -> None:
@@ -158,8 +160,23 @@ def test_items_out_of_gpu_memory_kill_nothing(tmp_path: Path) -> None:
     starved = classify({"verdict": "FAIL", "items": [_item("a", "passed", sha), oom]}, copy)
     assert starved.status is MutantStatus.INCONCLUSIVE and not starved.killed_by
     assert "1 items ran out of GPU memory" in starved.reason and "big" in starved.reason
-    driver = {**_item("big", "error"), "reason": "RuntimeError: CUDA error: out of memory"}
-    assert classify({"verdict": "FAIL", "items": [driver]}, copy).status is MutantStatus.INCONCLUSIVE
+    for reason in (
+        "RuntimeError: CUDA error: out of memory",
+        "RuntimeError: CUDA driver error: CUDA_ERROR_OUT_OF_MEMORY",
+        "RuntimeError: CUDA error: CUBLAS_STATUS_ALLOC_FAILED when calling `cublasCreate(handle)`",
+    ):
+        host = {**_item("big", "error"), "reason": reason}
+        assert classify({"verdict": "FAIL", "items": [host]}, copy).status is MutantStatus.INCONCLUSIVE, reason
+    # A crash of the kernel's own making still kills beside it; Triton's "out of resources" (shared memory a
+    # mutant's tile asks for) is the kernel's, not the host's.
+    crash = {**_item("c", "error"), "reason": "RuntimeError: CUDA error: an illegal memory access was encountered"}
+    assert classify({"verdict": "FAIL", "items": [oom, crash]}, copy).killed_by[0]["item"] == "c"
+    smem = {**_item("s", "error"), "reason": "OutOfResources: out of resource: shared memory, Required: 262144"}
+    assert classify({"verdict": "FAIL", "items": [smem]}, copy).status is MutantStatus.KILLED
+    # With required items: one out of memory leaves the run inconclusive even when the others passed.
+    required = classify({"verdict": "FAIL", "items": [_in("g", _item("a", "passed", sha)), _in("g", oom)]}, copy,
+                        required=["g::a"])  # fmt: skip
+    assert required.status is MutantStatus.INCONCLUSIVE
     # A failed check beside it still kills, and the kill names that item alone.
     both = classify({"verdict": "FAIL", "items": [oom, _item("b", "failed", sha)]}, copy)
     assert both.status is MutantStatus.KILLED and [k["item"] for k in both.killed_by] == ["b"]

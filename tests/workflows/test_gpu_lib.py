@@ -43,11 +43,12 @@ def _jobs(tmp_path: Path, mib: str | None, jobs: str | None = None) -> str:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(exist_ok=True)
     smi = bin_dir / "nvidia-smi"
-    smi.write_text(f"#!/bin/sh\necho {mib}\n" if mib is not None else "#!/bin/sh\nexit 9\n")
+    smi.write_text(f"#!/bin/sh\nprintf '%s\\n' '{mib}'\n" if mib is not None else "#!/bin/sh\nexit 9\n")
     smi.chmod(0o755)
     lib = ROOT / "scripts" / "gpu_lib.sh"
     env = f"PATH={bin_dir}:/usr/bin:/bin " + (f"JOBS={jobs} " if jobs else "")
-    proc = subprocess.run(["bash", "-c", f"source {lib}; {env}mutant_jobs"], capture_output=True, text=True, check=True)
+    script = f"set -uo pipefail; source {lib}; {env}mutant_jobs"  # as the host scripts run it
+    proc = subprocess.run(["bash", "-c", script], capture_output=True, text=True, check=True)
     return proc.stdout.strip()
 
 
@@ -55,4 +56,7 @@ def test_mutants_at_once_follow_the_gpus_memory(tmp_path: Path) -> None:
     assert _jobs(tmp_path, "143771") == "8"  # an H200
     assert _jobs(tmp_path, "81559") == "4"  # an H100: eight beside the numerics run ran an item out of memory
     assert _jobs(tmp_path, None) == "4"  # no answer: the smaller
+    assert _jobs(tmp_path, "[N/A]") == "4" and _jobs(tmp_path, "") == "4"
+    assert _jobs(tmp_path, " 143771") == "8"
+    assert _jobs(tmp_path, "143771\n81559") == "8"  # two GPUs: the first one's
     assert _jobs(tmp_path, "81559", jobs="6") == "6"
