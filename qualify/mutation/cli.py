@@ -20,7 +20,7 @@ from typing import Any
 from qualify.errors import QualifyError
 from qualify.hashing import sha256_file
 from qualify.mutation.catalog import LoadedCatalog, Mutant, load_catalog
-from qualify.mutation.execute import ChildRun, GateItemRef, items_expression, run_child
+from qualify.mutation.execute import ChildRun, GateItemRef, MutantStatus, items_expression, run_child
 from qualify.mutation.materialize import materialize, tree_sha256
 from qualify.mutation.report import build_mutation_report, markdown_table, mutant_row
 from qualify.report.paths import as_reported
@@ -75,11 +75,12 @@ def _one(
     args: argparse.Namespace,
     cwd: Path,
     only_items: list[GateItemRef] | None = None,
+    name: str | None = None,
 ) -> tuple[ChildRun, str | None]:
     with tempfile.TemporaryDirectory(prefix="qualify-mutant-") as tmp:
         copy = materialize(target, Path(tmp), mutant)
         run = run_child(
-            copy, gates, children, mutant.id if mutant else BASELINE_NAME, cwd=cwd, seed=args.seed,
+            copy, gates, children, name or (mutant.id if mutant else BASELINE_NAME), cwd=cwd, seed=args.seed,
             timeout_s=args.timeout_s, stop_at_first_failure=not args.all_items, only_items=only_items,
         )  # fmt: skip
     return run, copy.edited_sha256
@@ -91,6 +92,28 @@ def killing_items(runs: dict[str, tuple[ChildRun, str | None]]) -> list[GateItem
     refs = sorted({GateItemRef(k.get("nodeid") or k["item"], k["item"]) for run, _ in runs.values()
                    for k in run.killed_by})  # fmt: skip
     return refs if items_expression([r.name for r in refs]) is not None else None
+
+
+def _retry_alone(
+    runs: dict[str, tuple[ChildRun, str | None]],
+    mutants: list[Mutant],
+    target: Path,
+    gates: list[Path],
+    children: Path,
+    args: argparse.Namespace,
+    cwd: Path,
+) -> dict[str, ChildRun]:
+    """Runs again, one at a time with nothing beside them, the children that an item out of GPU memory left
+    inconclusive while they shared the GPU (results/2026-12-07-gluon-persistent-cut-h100 did so by hand); returns
+    their first runs, which the report keeps beside the second (`retried_alone`)."""
+    by_id = {m.id: m for m in mutants}
+    first: dict[str, ChildRun] = {}
+    for ident, (run, _) in list(runs.items()):
+        if run.status is MutantStatus.INCONCLUSIVE and run.out_of_memory:
+            first[ident] = run
+            runs[ident] = _one(target, by_id.get(ident), gates, children, args, cwd, name=f"{ident}.alone")
+            print(f"alone, after running out of GPU memory: {_line(1, 1, ident, runs[ident][0])}", flush=True)
+    return first
 
 
 def _line(done: int, total: int, ident: str, run: ChildRun) -> str:
@@ -150,6 +173,8 @@ def cmd_mutants(args: argparse.Namespace) -> int:
             runs[ident] = fut.result()
             line = _line(done, len(mutants), ident, runs[ident][0])
             print(line.replace("] survived", "] passed  ", 1) if m is None else line, flush=True)
+    # With --jobs 1 a child shared the GPU with nothing: running it again alone would show nothing new.
+    first_runs = _retry_alone(runs, mutants, target, gates, children, args, cwd) if args.jobs > 1 else {}
     baseline_items = None
     if after:
         baseline_items = killing_items(runs)
@@ -164,7 +189,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
               file=sys.stderr)  # fmt: skip
     elif baseline.status.value != "survived":
         print("the gate does not pass the unmutated kernel: the mutation score means nothing", file=sys.stderr)
-    rows = [mutant_row(m, *runs[m.id]) for m in mutants if m.id in runs]
+    rows = [mutant_row(m, *runs[m.id], first_runs.get(m.id)) for m in mutants if m.id in runs]
     finished = datetime.now(UTC)
     provenance = collect_provenance(sys.argv, cwd, started, finished, sign_key=sign_key).model_dump(mode="json")
     report = build_mutation_report(
@@ -172,6 +197,7 @@ def cmd_mutants(args: argparse.Namespace) -> int:
         target_tree_sha256=tree_sha256(target),
         gate_files=[(as_reported(str(g), cwd), sha256_file(g)) for g in gates],
         baseline=baseline,
+        baseline_first_run=first_runs.get(BASELINE_NAME),
         baseline_items=None if baseline_items is None else [i.nodeid for i in baseline_items],
         rows=rows,
         seed=args.seed,

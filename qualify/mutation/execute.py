@@ -53,6 +53,7 @@ class ChildRun:
     counts: dict[str, int] = field(default_factory=dict)
     report_sha256: str | None = None
     reason: str = ""
+    out_of_memory: list[str] = field(default_factory=list)  # node ids of the items that ran out of GPU memory
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -64,6 +65,7 @@ class ChildRun:
             "counts": self.counts,
             "report_sha256": self.report_sha256,
             "reason": self.reason,
+            "out_of_memory": self.out_of_memory,
         }
 
 
@@ -153,10 +155,12 @@ def classify(report: dict[str, Any], copy: Copy, required: Collection[str] | Non
         if it.get("status") in ("failed", "error") and not _out_of_memory(it)
     ]  # fmt: skip
     if killers:
-        return ChildRun(MutantStatus.KILLED, verdict, None, 0.0, killed_by=killers, counts=counts)
+        return ChildRun(MutantStatus.KILLED, verdict, None, 0.0, killed_by=killers, counts=counts,
+                        out_of_memory=starved)  # fmt: skip
     if starved:
         reason = f"{len(starved)} items ran out of GPU memory (the host's, not a kill): {', '.join(starved)[:300]}"
-        return ChildRun(MutantStatus.INCONCLUSIVE, verdict, None, 0.0, counts=counts, reason=reason)
+        return ChildRun(MutantStatus.INCONCLUSIVE, verdict, None, 0.0, counts=counts, reason=reason,
+                        out_of_memory=starved)  # fmt: skip
     if required is not None:
         passed = {_nodeid(it) for it in items if it.get("status") == "passed"}
         missing = sorted(set(required) - passed)
@@ -215,5 +219,5 @@ def run_child(
     got = classify(report, copy, None if only_items is None else [i.nodeid for i in only_items])
     return ChildRun(
         got.status, got.verdict, proc.returncode, wall, got.killed_by, got.counts, sha256_file(report_path),
-        got.reason,
+        got.reason, got.out_of_memory,
     )  # fmt: skip

@@ -11,7 +11,9 @@ from qualify.mutation.catalog import LoadedCatalog, Mutant
 from qualify.mutation.execute import ChildRun, MutantStatus
 
 MUTATION_REPORT_FORMAT = "cartridge-qualify/mutation-report"
-MUTATION_REPORT_VERSION = 2  # 2: the unmutated copy's scope and items (`baseline.scope`, `baseline.items`)
+# 2: the unmutated copy's scope and items (`baseline.scope`, `baseline.items`); 3: the items each run had out of GPU
+# memory (`out_of_memory`), and a run left inconclusive by them that went again alone (`retried_alone`: the first)
+MUTATION_REPORT_VERSION = 3
 
 
 def final_status(m: Mutant, run: ChildRun) -> MutantStatus:
@@ -21,7 +23,10 @@ def final_status(m: Mutant, run: ChildRun) -> MutantStatus:
     return run.status
 
 
-def mutant_row(m: Mutant, run: ChildRun, edited_sha256: str | None) -> dict[str, Any]:
+def mutant_row(
+    m: Mutant, run: ChildRun, edited_sha256: str | None, first_run: ChildRun | None = None
+) -> dict[str, Any]:
+    """The mutant's row; `first_run`: the run that ran out of GPU memory beside others, when `run` went again alone."""
     row = {
         "id": m.id,
         "category": m.category,
@@ -34,6 +39,7 @@ def mutant_row(m: Mutant, run: ChildRun, edited_sha256: str | None) -> dict[str,
         "equivalence_argument": m.equivalent,
         **run.to_dict(),
     }
+    row["retried_alone"] = first_run.to_dict() if first_run is not None else None
     row["status"] = final_status(m, run).value
     if m.equivalent and run.status is MutantStatus.KILLED:
         row["reason"] = "declared equivalent in the catalog but the gate killed it: the argument is wrong"
@@ -85,6 +91,7 @@ def build_mutation_report(
     target_tree_sha256: str,
     gate_files: Sequence[tuple[str, str]],
     baseline: ChildRun,
+    baseline_first_run: ChildRun | None = None,
     rows: Sequence[dict[str, Any]],
     seed: int,
     baseline_items: Sequence[str] | None = None,
@@ -110,6 +117,7 @@ def build_mutation_report(
             "scope": "whole-gate" if baseline_items is None else "killing-items",
             "items": list(baseline_items) if baseline_items is not None else None,
             **_as_baseline(baseline.to_dict()),
+            "retried_alone": _as_baseline(baseline_first_run.to_dict()) if baseline_first_run is not None else None,
         },
         "mutants": list(rows),
         "provenance": provenance,

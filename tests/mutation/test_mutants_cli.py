@@ -179,8 +179,31 @@ def test_a_kill_by_an_item_the_unmutated_kernel_also_fails_fails_the_run(tmp_pat
     assert report["verdict"] == "FAIL" and report["mutants"][0]["status"] == "killed"
     assert report["baseline"]["status"] == "failed" and report["baseline"]["scope"] == "killing-items"
     assert report["baseline"]["items"] == [report["mutants"][0]["killed_by"][0]["nodeid"]]
-    assert report["report_version"] == 2
+    assert report["report_version"] == 3
     assert "the gate does not pass the unmutated kernel" in proc.stderr
+
+
+def test_a_child_out_of_gpu_memory_beside_others_runs_again_alone(tmp_path: Path) -> None:
+    # The gate's one item runs out of GPU memory the first time, as it did beside seven other mutants on an 80 GB
+    # card: that shows nothing, so the mutant runs again alone, where the item's check fails, and the report keeps
+    # both runs. (The item fails whatever the kernel, so the unmutated copy fails it too and the run fails.)
+    catalog = _catalog(tmp_path, COMMENT_EDIT)
+    (tmp_path / "gate.yaml").write_text(
+        "suite: s\nversion: 1\ngates:\n  - id: oom-once\n    kind: compare\n    requires: [cpu]\n"
+        "    value: 2.0\n    limit: 1.0\n    out_of_memory_once: marker\n"
+    )
+    proc = _qualify(["mutants", str(catalog), "--jobs", "2", "--out", str(tmp_path / "out"), "--name", "o",
+                     "--unmutated", "killing-items"], ROOT)  # fmt: skip
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    report = json.loads((tmp_path / "out" / "o.json").read_text())
+    row = report["mutants"][0]
+    assert row["status"] == "killed" and row["killed_by"][0]["failed_checks"] == "value" and not row["out_of_memory"]
+    first = row["retried_alone"]
+    assert first["status"] == "inconclusive" and first["out_of_memory"] == [row["killed_by"][0]["nodeid"]]
+    assert "ran out of GPU memory" in first["reason"] and report["baseline"]["retried_alone"] is None
+    assert "alone, after running out of GPU memory: [1/1] killed" in proc.stdout
+    children = sorted(p.name for p in (tmp_path / "out" / "o.children").glob("*.json"))
+    assert children == ["comment-edit.alone.json", "comment-edit.json", "unmutated.json"]
 
 
 def test_a_stale_edit_is_a_usage_error_and_nothing_is_written(tmp_path: Path) -> None:

@@ -34,6 +34,9 @@ class CompareParams(KindParams):
     group: str | None = None
     note_gpu: bool = False
     crash_process: bool = False  # ends the process mid-item, as a segfaulting kernel would
+    # A marker file (relative to the gate file): the first run that finds it missing writes it and fails as a CUDA
+    # allocation on a crowded GPU does; later runs measure as usual.
+    out_of_memory_once: str | None = None
 
 
 class CompareMeasurements(MeasurementModel):
@@ -54,6 +57,11 @@ def run(item: GateItem, ctx: RunContext) -> ItemOutcome:
     assert isinstance(p, CompareParams)
     if p.crash_process:
         os._exit(3)
+    if p.out_of_memory_once:
+        marker = item.gate_file.resolve(p.out_of_memory_once)
+        if not marker.exists():
+            marker.write_text("ran out of memory once\n")
+            raise RuntimeError("CUDA out of memory. Tried to allocate 704.00 MiB (a stand-in, once)")
     op = "<=" if p.mode == "upper" else ">="
     outcome = ItemOutcome(
         checks=[Check(name="value", observed=p.value, operator=op, threshold=p.limit, statistic="exact", n=1)],
