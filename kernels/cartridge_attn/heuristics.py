@@ -193,7 +193,8 @@ GLUON_PREFILL_GRID_SMS = GPU_SMS // 2
 # against 64 x 64 two per SM, H200 sweep (results/2026-12-07-gluon-persistent-pingpong-h200), 64.0 against 60.8 us
 # at 16 x 128 (8,192 rows), 222.5 against 235.4 at 64 x 128 and 283.6 against 293.0 at 16 x 512 (32,768); H100 sweep
 # (results/2026-12-07-gluon-persistent-cut-h100), 166.7 against 142.0 at 8 x 512 and 119.4 against 119.0 at 32 x 128
-# (16,384).
+# (16,384), and 204.1 against 224.2 at 12 x 512 and 173.2 against 175.4 at 48 x 128 (24,576 rows, so the cut stays;
+# results/2026-12-07-gluon-q-tma-h100).
 GLUON_TWO_PER_SM_MAX_ROWS = 16384
 GLUON_TWO_PER_SM_HEAD_DIM = 128  # the head_dim it was measured at
 # Past GLUON_TWO_PER_SM_MAX_ROWS (at least 128 x H_kv work items) the 128-row tiles at that head_dim run on a
