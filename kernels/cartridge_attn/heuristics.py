@@ -189,7 +189,7 @@ GLUON_PREFILL_GRID_SMS = GPU_SMS // 2
 # tiles' loads) and epilogue (the output's stores) overlap the other's main loop. H100 sweep, two runs
 # (results/2026-12-06-gluon-two-per-sm-h100): 5.5-6.3 % less time than 128 x 128 tiles at 16 and 64 requests of 128
 # tokens (8,192 and 32,768 rows), ties at 1 x 512 and 16 x 512 (2,048 and 32,768 rows), 0.7-1.6 % more at 64 x 512
-# (131,072 rows). The persistent 128-row tiles (below) win from 32,768 rows, not up to 16,384: 128 x 128 persistent
+# (131,072 rows). The persistent 128-row tiles (below) win at 24,576 rows and more, not at 16,384: 128 x 128 persistent
 # against 64 x 64 two per SM, H200 sweep (results/2026-12-07-gluon-persistent-pingpong-h200), 64.0 against 60.8 us
 # at 16 x 128 (8,192 rows), 222.5 against 235.4 at 64 x 128 and 283.6 against 293.0 at 16 x 512 (32,768); H100 sweep
 # (results/2026-12-07-gluon-persistent-cut-h100), 166.7 against 142.0 at 8 x 512 and 119.4 against 119.0 at 32 x 128
