@@ -53,10 +53,10 @@ def summarize(baseline: ChildRun, rows: Sequence[dict[str, Any]]) -> dict[str, A
     unmutated kernel (with `--unmutated killing-items`: an item that killed a mutant failed it) or its run broke, a
     mutant survived, or one argued equivalent was killed. INCOMPLETE: otherwise (inconclusive or broken children, or
     an inconclusive unmutated run: an item out of GPU memory, or a killing item that did not run), since nothing was
-    shown for those. A mutant killed only by items that errored (no check
-    failed: the run crashed, for instance on an illegal memory access) counts as killed, as mutation tools count
-    a crash, and is listed in ``killed_only_by_errors`` with the errors, since an error could also be the host's;
-    one killed only by items that ran out of GPU memory is inconclusive (`execute.classify`).
+    shown for those. A mutant killed only by items that errored (no check failed: the run crashed, for instance on
+    an illegal memory access) counts as killed, as mutation tools count a crash, and is listed in
+    ``killed_only_by_errors`` with the errors, since an error could also be the host's; one killed only by items
+    that ran out of GPU memory is inconclusive (`execute.classify`).
     """
     counts = Counter(r["status"] for r in rows)
     killed, survived = counts.get("killed", 0), counts.get("survived", 0)
