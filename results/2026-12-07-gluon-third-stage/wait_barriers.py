@@ -1,6 +1,6 @@
 """Triton 3.6's Gluon also puts a CTA barrier (``bar.sync``) before an ``mbarrier.wait`` on an allocation that was
-waited on, arrived at or initialized since the last barrier: its barrier analysis takes a wait for a write of the
-barrier's allocation (all of it, whichever index). Built for SM90 without a GPU, this prints the PTX loop of a kernel
+waited on since the last barrier: its barrier analysis takes a wait for a write of the barrier's allocation (all of
+it, whichever index). Built for SM90 without a GPU, this prints the PTX loop of a kernel
 that waits on two allocations in turn, each indexed by the trip: one ``bar.sync`` per trip, before the first wait
 (the second allocation's wait follows that barrier). In the prefill's consumer loop the K stages' "ready" wait is
 such a wait (results/2026-12-07-gluon-q-tma-h100/arrive_barriers.py shows the arrive's own barrier).
