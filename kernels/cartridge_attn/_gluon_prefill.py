@@ -20,7 +20,8 @@ the Triton kernel (Nsight Compute of both against FA3, results/2026-12-04-decode
   The first version (results/2026-12-05-gluon-prefill-h200) waited for each wgmma and stalled on it.
 * **Turns between the two consumers** (FA3's ping-pong): each issues its wgmmas only after the other has issued
   its own, so that one's softmax runs while the other's wgmmas do. Timed twice, it is a tie: -3 % at 64 x 512 alone,
-  nothing measurable on top of the persistent grid (results/2026-12-07-gluon-persistent-pingpong-h200).
+  nothing measurable on top of the persistent grid (results/2026-12-07-gluon-persistent-pingpong-h200), so the
+  persistent grid's consumers do not take them.
 
 **A persistent grid** (PERSISTENT; `KernelConfig.persistent`, the dispatch's for its 128-row tiles): as many
 programs as the GPU holds at once (`gluon_host.programs_per_sm`), each walking work items, a plan tile for one KV
@@ -693,7 +694,9 @@ def cartridge_prefill_ws_kernel(
     CONSUMER_REGISTERS: gl.constexpr,
 ):
     CONSUMERS: gl.constexpr = BLOCK_M // ROWS_PER_CONSUMER
-    PINGPONG: gl.constexpr = CONSUMERS == 2
+    # The turns only where each program walks one item: on a persistent grid they cost an arrive (with its
+    # barrier) and a wait per tile, and were timed a tie there (results/2026-12-07-gluon-persistent-pingpong-h200).
+    PINGPONG: gl.constexpr = CONSUMERS == 2 and not PERSISTENT
     LV_FP8: gl.constexpr = lv_desc.dtype.primitive_bitwidth == 8
     # The host hands an FP8 cartridge's values over as their exact FP16 expansion (`gluon_host.CartridgeV16`),
     # with CV_SCALE set: no cartridge tile is converted in the kernel.

@@ -162,9 +162,10 @@ def decode_regions(
 
 
 def prefill_regions(
-    group: int, head_dim: int, num_kv_heads: int, max_query_tokens: int, impl: str = "triton"
+    group: int, head_dim: int, num_kv_heads: int, max_query_tokens: int, impl: str = "triton", live_v_bits: int = 16
 ) -> list[Region]:
-    """The prefill regions of ``impl``'s default configuration."""
+    """The prefill regions of ``impl``'s default configuration for live values of ``live_v_bits`` (the Gluon
+    prefill's ring depth depends on them, not its regions' edges)."""
     # The small-grid tiles end once (rows // 128) * H_kv reaches the implementation's program count, i.e. at this
     # many rows; the Gluon prefill's two-per-SM tiles end past GLUON_TWO_PER_SM_MAX_ROWS. A cut where nothing
     # changes (the Triton prefill's second, any other head_dim's) leaves neighbours that merge into one region.
@@ -174,7 +175,7 @@ def prefill_regions(
             "prefill",
             group,
             head_dim,
-            K.prefill_config(group, head_dim, rows=r0, num_kv_heads=num_kv_heads, impl=impl),
+            K.prefill_config(group, head_dim, rows=r0, num_kv_heads=num_kv_heads, impl=impl, live_v_bits=live_v_bits),
             query_rows=(r0, r1),
             num_kv_heads=num_kv_heads,
         )
@@ -184,10 +185,12 @@ def prefill_regions(
     return _merge(cells, "query_rows", "num_kv_heads")
 
 
-def dispatch_table(envelope: Envelope | None = None, prefill_impl: str = "triton") -> list[Region]:
+def dispatch_table(
+    envelope: Envelope | None = None, prefill_impl: str = "triton", live_v_bits: int = 16
+) -> list[Region]:
     """Every region of the default dispatch inside `envelope` (the default envelope when None), its prefill
-    regions those of `prefill_impl`: the dispatch's on a device is `api.default_prefill_impl` (the Gluon kernel
-    on SM90 with Triton 3.6, the Triton kernel elsewhere)."""
+    regions those of `prefill_impl` for live values of `live_v_bits`: the dispatch's on a device is
+    `api.default_prefill_impl` (the Gluon kernel on SM90 with Triton 3.6, the Triton kernel elsewhere)."""
     e = envelope or Envelope()
     table: list[Region] = []
     for group in e.groups:
@@ -195,7 +198,7 @@ def dispatch_table(envelope: Envelope | None = None, prefill_impl: str = "triton
             for h_kv in e.num_kv_heads:
                 for t_c in e.cartridge_lens:
                     table += decode_regions(group, head_dim, e.max_batch, e.max_live, h_kv, t_c)
-                table += prefill_regions(group, head_dim, h_kv, e.max_query_tokens, prefill_impl)
+                table += prefill_regions(group, head_dim, h_kv, e.max_query_tokens, prefill_impl, live_v_bits)
     return table
 
 

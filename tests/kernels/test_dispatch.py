@@ -109,6 +109,25 @@ def test_the_gluon_prefill_is_persistent_only_for_its_128_row_tiles_past_the_two
         prefill_config(4, head_dim, rows=cut + 1, num_kv_heads=8, persistent=True)
 
 
+def test_the_persistent_gluon_tiles_take_a_third_stage_where_16_bit_live_values_leave_room() -> None:
+    cut = H.GLUON_TWO_PER_SM_MAX_ROWS
+    b16, b8 = (prefill_config(4, 128, rows=cut + 1, num_kv_heads=8, impl="gluon", live_v_bits=b) for b in (16, 8))
+    assert (b16.num_stages, b8.num_stages) == (3, 2) and b16.block_n == b8.block_n == 128
+    assert H.gluon_shared_bytes(b16, 128, 16) <= H.SM90_SHARED_BYTES < H.gluon_shared_bytes(b16, 128, 8)
+    # Not below the cut, never over a caller's depth, and not for a caller's other persistent tiles (two 64 x 64
+    # programs share an SM only over 2 stages).
+    assert prefill_config(4, 128, rows=cut, num_kv_heads=8, impl="gluon").num_stages == 2
+    assert prefill_config(4, 128, rows=cut + 1, num_kv_heads=8, impl="gluon", num_stages=2).num_stages == 2
+    for bm, bn in ((64, 64), (128, 64)):
+        tile = prefill_config(4, 128, rows=cut + 1, num_kv_heads=8, impl="gluon", block_m=bm, block_n=bn,
+                              persistent=True)  # fmt: skip
+        assert tile.num_stages == 2, (bm, bn)
+    # The table follows the live values' width: an FP8 launch is not the 16-bit one's variant.
+    for bits, stages in ((16, 3), (8, 2)):
+        regions = prefill_regions(4, 128, 8, (cut + 8) // 4, "gluon", bits)
+        assert {r.config.num_stages for r in regions if r.config.persistent} == {stages}
+
+
 def test_the_gluon_table_differs_from_the_triton_one_only_in_prefill(table, gluon_table) -> None:
     assert [r for r in table if r.mode == "decode"] == [r for r in gluon_table if r.mode == "decode"]
     assert {r.config.impl for r in gluon_table if r.mode == "prefill"} == {"gluon"}

@@ -50,9 +50,11 @@ def test_configurations_say_what_they_are() -> None:
 
     assert tile(64) == tile(287) == (64, 128, 2)
     assert prefill_config(4, 128, rows=512 * 4, num_kv_heads=8).block_m == 64
-    # Above that, up to 16,384 rows, 64 x 64 tiles over 2 stages that two programs share an SM with; then 128 x 128.
+    # Above that, up to 16,384 rows, 64 x 64 tiles over 2 stages that two programs share an SM with; then 128 x 128
+    # on a persistent grid, over 3 stages where 16-bit live values leave room.
     assert tile(288) == tile(512) == tile(4096) == (64, 64, 2)
-    assert tile(4097) == tile(65536) == (128, 128, 2)
+    assert tile(4097) == tile(65536) == (128, 128, 3)
+    assert tile(4097, live_v_bits=8) == (128, 128, 2)
     assert tile(288, live_v_bits=8) == (64, 64, 2)
     # Two of them fit an SM's shared memory, FP8 live V included.
     two = prefill_config(4, 128, rows=288 * 4, num_kv_heads=8, impl="gluon")

@@ -165,28 +165,36 @@ def test_the_gluon_envelope_straddles_the_gluon_tile_switch() -> None:
     tokens = {sum(i.params.batch.q_lens) for i in items}
     assert {2, 287, 288, 4096, 4097} <= tokens and 543 not in tokens
     tiles = {t: prefill_config(4, 128, rows=t * 4, num_kv_heads=8, impl="gluon").tag for t in (287, 288, 4096, 4097)}
-    assert tiles == {287: "m64n128r1w4s2gl", 288: "m64n64r1w4s2gl", 4096: "m64n64r1w4s2gl", 4097: "m128n128r1w4s2glp"}
+    assert tiles == {287: "m64n128r1w4s2gl", 288: "m64n64r1w4s2gl", 4096: "m64n64r1w4s2gl", 4097: "m128n128r1w4s3glp"}
 
 
 def test_every_gluon_envelope_reaches_every_tile_its_dispatch_takes() -> None:
-    # A tile choice past an envelope's largest batch would ship unqualified for that group and head_dim.
+    # A tile choice past an envelope's largest batch would ship unqualified for that group and head_dim, and so would
+    # a live V width no envelope of the shape runs: each width is its own build, and past the two-per-SM cut its own
+    # ring depth.
     path = Path(__file__).parents[2] / "gates" / "kernel_numerics_gluon.yaml"
-    by_gate: dict[str, set[str]] = {}
+    by_gate: dict[tuple[str, int], set[str]] = {}
     shapes: dict[str, tuple[int, int, int]] = {}
+    bits = {"bf16": 16, "fp8_e4m3": 8}
     for i in compile_gate_file(path, default_registry()).items:
         if not i.gate_id.startswith("gluon-envelope"):
             continue
         p = i.params
         group = p.num_qo_heads // p.num_kv_heads
         rows = sum(p.batch.q_lens) * group
-        cfg = prefill_config(group, p.head_dim, rows=rows, num_kv_heads=p.num_kv_heads, impl="gluon")
-        by_gate.setdefault(i.gate_id, set()).add(cfg.tag)
+        cfg = prefill_config(group, p.head_dim, rows=rows, num_kv_heads=p.num_kv_heads, impl="gluon",
+                             live_v_bits=bits[p.live_v])  # fmt: skip
+        by_gate.setdefault((i.gate_id, bits[p.live_v]), set()).add(cfg.tag)
         shapes[i.gate_id] = (group, p.head_dim, p.num_kv_heads)
-    assert len(by_gate) >= 10
-    for gate_id, tags in by_gate.items():
+    assert len(shapes) >= 10
+    widths_by_shape: dict[tuple[int, int, int], set[int]] = {}
+    for gate_id, live_bits in by_gate:
+        widths_by_shape.setdefault(shapes[gate_id], set()).add(live_bits)
+    assert {s: w for s, w in widths_by_shape.items() if w != {8, 16}} == {}
+    for (gate_id, live_bits), tags in by_gate.items():
         group, head_dim, kv = shapes[gate_id]
-        shipped = {r.config.tag for r in prefill_regions(group, head_dim, kv, 1 << 17, "gluon")}
-        assert tags == shipped, gate_id
+        shipped = {r.config.tag for r in prefill_regions(group, head_dim, kv, 1 << 17, "gluon", live_bits)}
+        assert tags == shipped, (gate_id, live_bits)
 
 
 def test_an_envelope_gate_sets_its_prefill_implementation_itself(tmp_path: Path) -> None:
