@@ -7,8 +7,10 @@ line arguments are filtered so that no credential can end up in a signed, widely
 
 from __future__ import annotations
 
+import ast
 import csv
 import importlib.metadata
+import importlib.util
 import os
 import platform
 import shutil
@@ -39,6 +41,10 @@ _DISTRIBUTIONS: Mapping[str, tuple[str, ...]] = {
     "pydantic": ("pydantic",),
     "cartridge-qualify": ("cartridge-qualify",),
 }
+
+# A package unpacked onto the path without its distribution metadata (the SM90 host's FlashInfer) still names its
+# version, and its commit, in a module of its own: report key -> (package, file), read as text, never imported.
+_BUILD_META: Mapping[str, tuple[str, str]] = {"flashinfer": ("flashinfer", "_build_meta.py")}
 
 _ENV_ALLOWLIST = frozenset(
     {
@@ -140,10 +146,39 @@ def package_version(*dist_names: str) -> str | None:
     return None
 
 
+def build_meta(package: str, filename: str) -> dict[str, str]:
+    """The string constants a package's `filename` assigns at its top level (``__version__ = "..."``), read without
+    importing the package; empty where the package or the file is absent or the file does not parse."""
+    try:
+        spec = importlib.util.find_spec(package)
+    except (ImportError, ValueError):
+        return {}
+    if spec is None or not spec.submodule_search_locations:
+        return {}
+    for folder in spec.submodule_search_locations:
+        try:
+            tree = ast.parse((Path(folder) / filename).read_text(encoding="utf-8"))
+        except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+            continue
+        assigns = [n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)]
+        return {
+            t.id: n.value.value
+            for n in assigns
+            if isinstance(n.value.value, str)
+            for t in n.targets
+            if isinstance(t, ast.Name)
+        }
+    return {}
+
+
 def _versions() -> dict[str, str | None]:
     versions = {key: package_version(*names) for key, names in _DISTRIBUTIONS.items()}
     # Run from a source checkout the package has no metadata, but the code running is still ours.
     versions["cartridge-qualify"] = versions["cartridge-qualify"] or qualify.__version__
+    for key, (package, filename) in _BUILD_META.items():
+        meta = build_meta(package, filename)
+        versions[key] = versions[key] or meta.get("__version__")
+        versions[f"{key}-commit"] = meta.get("__git_commit__")
     return versions
 
 

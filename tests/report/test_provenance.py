@@ -1,13 +1,16 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
 
+from qualify.report import provenance
 from qualify.report.provenance import (
+    build_meta,
     collect_provenance,
     filter_environment,
     package_version,
@@ -97,12 +100,42 @@ def test_versions_are_null_for_absent_packages(tmp_path):
     assert package_version("no-such-distribution-for-qualify-tests", "pydantic") is not None
     versions = _collect(tmp_path).versions
     assert set(versions) == {
-        "torch", "triton", "transformers", "flashinfer", "vllm", "lm-eval", "gguf",
+        "torch", "triton", "transformers", "flashinfer", "flashinfer-commit", "vllm", "lm-eval", "gguf",
         "cryptography", "pydantic", "cartridge-qualify",
     }  # fmt: skip
     assert versions["pydantic"] and versions["cryptography"] and versions["cartridge-qualify"]
     for name, version in versions.items():
         assert version is None or isinstance(version, str), name
+
+
+def _unpacked_package(root: Path, name: str, meta: str) -> None:
+    """A package as the SM90 host unpacks FlashInfer: no distribution metadata, and an import that must not run."""
+    (root / name).mkdir()
+    (root / name / "__init__.py").write_text("raise RuntimeError('imported')\n")
+    (root / name / "_build_meta.py").write_text(meta)
+
+
+def test_a_package_without_metadata_is_versioned_from_its_build_meta_without_importing_it(
+    tmp_path, monkeypatch, test_seed
+):
+    rng = random.Random(test_seed)
+    version, commit = f"0.{rng.randrange(100)}.{rng.randrange(10)}.post1", f"{rng.getrandbits(160):040x}"
+    meta = f'"""Build metadata."""\n__version__ = "{version}"\n__git_commit__ = "{commit}"\nBUILD = 3\n'
+    _unpacked_package(tmp_path, "fake_fi_unpacked", meta)
+    _unpacked_package(tmp_path, "fake_fi_broken", "__version__ = (\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert build_meta("fake_fi_unpacked", "_build_meta.py") == {"__version__": version, "__git_commit__": commit}
+    assert build_meta("fake_fi_broken", "_build_meta.py") == {}
+    assert build_meta("fake_fi_unpacked", "no_such_file.py") == {}
+    assert build_meta("no_such_package_for_qualify_tests", "_build_meta.py") == {}
+
+    monkeypatch.setitem(provenance._DISTRIBUTIONS, "flashinfer", ("no-such-distribution-for-qualify-tests",))
+    monkeypatch.setitem(provenance._BUILD_META, "flashinfer", ("fake_fi_unpacked", "_build_meta.py"))
+    versions = _collect(tmp_path).versions
+    assert (versions["flashinfer"], versions["flashinfer-commit"]) == (version, commit)
+    monkeypatch.setitem(provenance._BUILD_META, "flashinfer", ("fake_fi_broken", "_build_meta.py"))
+    versions = _collect(tmp_path).versions
+    assert (versions["flashinfer"], versions["flashinfer-commit"]) == (None, None)
 
 
 def test_times_are_utc_iso8601_and_naive_times_are_refused(tmp_path):
