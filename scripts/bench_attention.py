@@ -86,7 +86,8 @@ PREFILL_CANDIDATES = [  # (block_m, block_n, num_warps, num_stages, warp_special
 # consumers. 64 x 64 over 2 stages: the tile two programs share an SM with (heuristics.GLUON_TWO_PER_SM_MAX_ROWS);
 # over 3 stages with 16-bit live values its build takes 115,084 bytes of shared memory (Triton 3.6, offline), so
 # two still fit an SM's 233,472 with their reserved KiB each. Every tile with one program per work item, and the
-# 128-row ones on a persistent grid too, 128 x 128 over 3 stages included (the dispatch's past the two-per-SM cut).
+# 128-row ones on a persistent grid too; 128 x 128 over 3 stages on the persistent grid only (the dispatch's past the
+# cut with 16-bit live values).
 GLUON_PREFILL_CANDIDATES = [
     (128, 128, 2, False), (64, 128, 2, False), (128, 64, 3, False), (128, 64, 4, False), (64, 64, 2, False),
     (64, 64, 3, False), (128, 128, 2, True), (128, 128, 3, True), (128, 64, 3, True), (128, 64, 4, True),

@@ -45,6 +45,11 @@ def _gpus(prov: dict[str, Any]) -> str:
     return "".join(parts)
 
 
+def _absent(key: str) -> str:
+    # A null commit (provenance's "<package>-commit") means its build did not say, not that nothing is installed.
+    return "unknown" if key.endswith("-commit") else "not installed"
+
+
 def provenance_section(src: RenderInput) -> str:
     report = src.report
     prov = as_dict(report.get("provenance"))
@@ -82,7 +87,7 @@ def provenance_section(src: RenderInput) -> str:
         "<h3>Package versions</h3>",
         table(
             ["package", "version"],
-            [[esc(k), esc(v if v is not None else "not installed")] for k, v in versions.items()],
+            [[esc(k), esc(v if v is not None else _absent(k))] for k, v in versions.items()],
         ),
         "<h3>Inputs</h3>",
         table(

@@ -147,8 +147,11 @@ def package_version(*dist_names: str) -> str | None:
 
 
 def build_meta(package: str, filename: str) -> dict[str, str]:
-    """The string constants a package's `filename` assigns at its top level (``__version__ = "..."``), read without
-    importing the package; empty where the package or the file is absent or the file does not parse."""
+    """The string constants a top-level package's `filename` assigns at its top level (``__version__ = "..."``,
+    annotated or not), read without importing the package; empty where the package or the file is absent or the
+    file does not parse."""
+    if "." in package:  # finding a submodule would import its parents
+        return {}
     try:
         spec = importlib.util.find_spec(package)
     except (ImportError, ValueError):
@@ -160,14 +163,17 @@ def build_meta(package: str, filename: str) -> dict[str, str]:
             tree = ast.parse((Path(folder) / filename).read_text(encoding="utf-8"))
         except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
             continue
-        assigns = [n for n in tree.body if isinstance(n, ast.Assign) and isinstance(n.value, ast.Constant)]
-        return {
-            t.id: n.value.value
-            for n in assigns
-            if isinstance(n.value.value, str)
-            for t in n.targets
-            if isinstance(t, ast.Name)
-        }
+        found: dict[str, str] = {}
+        for node in tree.body:
+            if isinstance(node, ast.Assign):
+                targets, value = node.targets, node.value
+            elif isinstance(node, ast.AnnAssign) and node.value is not None:
+                targets, value = [node.target], node.value
+            else:
+                continue
+            if isinstance(value, ast.Constant) and isinstance(value.value, str):
+                found.update({t.id: value.value for t in targets if isinstance(t, ast.Name)})
+        return found
     return {}
 
 
@@ -178,7 +184,8 @@ def _versions() -> dict[str, str | None]:
     for key, (package, filename) in _BUILD_META.items():
         meta = build_meta(package, filename)
         versions[key] = versions[key] or meta.get("__version__")
-        versions[f"{key}-commit"] = meta.get("__git_commit__")
+        # The SM90 host's build names it __git_commit__; FlashInfer's own build backend writes __git_version__.
+        versions[f"{key}-commit"] = meta.get("__git_commit__") or meta.get("__git_version__")
     return versions
 
 

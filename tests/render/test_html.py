@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -145,6 +147,16 @@ def test_provenance_lists_commit_inputs_and_gate_files(page: str, signed: Signed
         assert ref["sha256"] in prov
     assert report["gate_files"][0]["sha256"] in prov
     assert "qualification-report.json" in prov  # the signed subjects
+
+
+def test_an_absent_package_reads_not_installed_and_an_unknown_commit_unknown(signed: Signed) -> None:
+    report = json.loads(json.dumps(signed.report))
+    versions = report["provenance"]["versions"]
+    versions.update({"flashinfer": None, "flashinfer-commit": None, "vllm": "0.26.0"})
+    prov = _section(render_html(replace(load_input(signed.envelope, signed.public_key), report=report)), "provenance")
+    assert "<td>flashinfer</td><td>not installed</td>" in prov
+    assert "<td>flashinfer-commit</td><td>unknown</td>" in prov
+    assert "<td>vllm</td><td>0.26.0</td>" in prov
 
 
 def test_layout_colours() -> None:

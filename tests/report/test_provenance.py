@@ -120,22 +120,33 @@ def test_a_package_without_metadata_is_versioned_from_its_build_meta_without_imp
 ):
     rng = random.Random(test_seed)
     version, commit = f"0.{rng.randrange(100)}.{rng.randrange(10)}.post1", f"{rng.getrandbits(160):040x}"
-    meta = f'"""Build metadata."""\n__version__ = "{version}"\n__git_commit__ = "{commit}"\nBUILD = 3\n'
+    # Read, never run: the file's own last line would raise.
+    meta = (f'"""Build metadata."""\n__version__: str = "{version}"\n__git_commit__ = "{commit}"\nBUILD = 3\n'
+            'raise RuntimeError("executed")\n')  # fmt: skip
     _unpacked_package(tmp_path, "fake_fi_unpacked", meta)
     _unpacked_package(tmp_path, "fake_fi_broken", "__version__ = (\n")
+    # FlashInfer's own build backend names the commit __git_version__.
+    _unpacked_package(tmp_path, "fake_fi_wheel", f'__version__ = "{version}"\n__git_version__ = "{commit}"\n')
     monkeypatch.syspath_prepend(str(tmp_path))
     assert build_meta("fake_fi_unpacked", "_build_meta.py") == {"__version__": version, "__git_commit__": commit}
     assert build_meta("fake_fi_broken", "_build_meta.py") == {}
     assert build_meta("fake_fi_unpacked", "no_such_file.py") == {}
     assert build_meta("no_such_package_for_qualify_tests", "_build_meta.py") == {}
+    (tmp_path / "fake_fi_unpacked" / "sub").mkdir()
+    assert build_meta("fake_fi_unpacked.sub", "_build_meta.py") == {}  # finding it would import the parent
 
-    monkeypatch.setitem(provenance._DISTRIBUTIONS, "flashinfer", ("no-such-distribution-for-qualify-tests",))
-    monkeypatch.setitem(provenance._BUILD_META, "flashinfer", ("fake_fi_unpacked", "_build_meta.py"))
-    versions = _collect(tmp_path).versions
-    assert (versions["flashinfer"], versions["flashinfer-commit"]) == (version, commit)
-    monkeypatch.setitem(provenance._BUILD_META, "flashinfer", ("fake_fi_broken", "_build_meta.py"))
-    versions = _collect(tmp_path).versions
-    assert (versions["flashinfer"], versions["flashinfer-commit"]) == (None, None)
+    def versions_with(dist: str, package: str) -> tuple[str | None, str | None]:
+        monkeypatch.setitem(provenance._DISTRIBUTIONS, "flashinfer", (dist,))
+        monkeypatch.setitem(provenance._BUILD_META, "flashinfer", (package, "_build_meta.py"))
+        versions = _collect(tmp_path).versions
+        return versions["flashinfer"], versions["flashinfer-commit"]
+
+    absent = "no-such-distribution-for-qualify-tests"
+    assert versions_with(absent, "fake_fi_unpacked") == (version, commit)
+    assert versions_with(absent, "fake_fi_wheel") == (version, commit)
+    assert versions_with(absent, "fake_fi_broken") == (None, None)
+    # Distribution metadata, where there is any, names the version; the build file still names the commit.
+    assert versions_with("pydantic", "fake_fi_unpacked") == (package_version("pydantic"), commit)
 
 
 def test_times_are_utc_iso8601_and_naive_times_are_refused(tmp_path):
