@@ -1,35 +1,34 @@
-"""Whether the A/B's new side is taken, for a change to the two-per-SM tile: the mean of its two runs against the
-base's, per layer, at every point (the logs of scripts/gluon_ab.sh), judged where that tile runs, (16, 128) and
-(1, 512). A screen, not a verdict: one A/B's unchanged points have spread up to 2.7 %, and the perf gate decides.
+"""Whether the A/B's new side is taken, for a change to the two-per-SM tile, judged where that tile runs: (16, 128)
+and (1, 512). The per-point means of each side's two runs, and their ratios, are those that
+results/2026-12-06-gluon-persistent-build/decide.py prints for the A/B (scripts/gluon_ab.sh's logs); its own rule is
+for the persistent tile's points. A screen, not a verdict: one A/B's unchanged points have spread up to 2.7 %, and
+the perf gate decides.
 
     python3 decide.py AB_DIR        (exit 0: TAKE, 3: KEEP BASE)
 """
 
+import re
+import subprocess
 import sys
 from pathlib import Path
 
+MEANS = Path(__file__).parents[1] / "2026-12-06-gluon-persistent-build" / "decide.py"
 TWO_PER_SM_POINTS = [(16, 128), (1, 512)]
-
-
-def means(ab: Path, side: str) -> dict[tuple[int, int], float]:
-    out: dict[tuple[int, int], list[float]] = {}
-    for run in "ab":
-        for line in (ab / f"bench-{side}{run}.log").read_text().splitlines():
-            cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if len(cells) > 3 and cells[0] == "prefill":
-                out.setdefault((int(cells[1]), int(cells[2])), []).append(float(cells[3]))
-    return {k: sum(v) / len(v) for k, v in out.items()}
+LINE = re.compile(r"^\((\d+), (\d+)\): new [\d.]+ base [\d.]+ ratio ([\d.]+)$")
 
 
 def main() -> int:
-    ab = Path(sys.argv[1])
-    new, base = means(ab, "new"), means(ab, "base")
-    ratios = {k: new[k] / base[k] for k in base}
-    for k, r in sorted(ratios.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        print(f"{k}: new {new[k]:.1f} base {base[k]:.1f} ratio {r:.3f}")
+    printed = subprocess.run([sys.executable, str(MEANS), sys.argv[1]], capture_output=True, text=True).stdout
+    points = [m for m in map(LINE.match, printed.splitlines()) if m]  # not its verdict, which is another rule's
+    for m in points:
+        print(m[0])
+    ratios = {(int(m[1]), int(m[2])): float(m[3]) for m in points}
+    if not all(k in ratios for k in TWO_PER_SM_POINTS):
+        print(f"decide.py: the A/B has no ratio at {TWO_PER_SM_POINTS}", file=sys.stderr)
+        return 2
     served = [ratios[k] for k in TWO_PER_SM_POINTS]
     take = sum(served) / len(served) <= 0.99 and max(served) <= 1.0 and max(ratios.values()) <= 1.02
-    print("TAKE" if take else "KEEP BASE")
+    print(f"two-per-SM points: {TWO_PER_SM_POINTS} ratios {served}: {'TAKE' if take else 'KEEP BASE'}")
     return 0 if take else 3
 
 
