@@ -4,7 +4,8 @@ results/2026-12-06-gluon-persistent-build/decide.py prints for the A/B (scripts/
 for the persistent tile's points. A screen, not a verdict: one A/B's unchanged points have spread up to 2.7 %, and
 the perf gate decides.
 
-    python3 decide.py AB_DIR        (exit 0: TAKE, 3: KEEP BASE)
+    python3 decide.py AB_DIR        (exit 0: TAKE, 3: KEEP BASE, 2: no ratio at those points, e.g. a bench log
+                                     missing after a timeout; the other script's errors are passed through)
 """
 
 import re
@@ -18,7 +19,7 @@ LINE = re.compile(r"^\((\d+), (\d+)\): new [\d.]+ base [\d.]+ ratio ([\d.]+)$")
 
 
 def main() -> int:
-    printed = subprocess.run([sys.executable, str(MEANS), sys.argv[1]], capture_output=True, text=True).stdout
+    printed = subprocess.run([sys.executable, str(MEANS), sys.argv[1]], stdout=subprocess.PIPE, text=True).stdout
     points = [m for m in map(LINE.match, printed.splitlines()) if m]  # not its verdict, which is another rule's
     for m in points:
         print(m[0])
