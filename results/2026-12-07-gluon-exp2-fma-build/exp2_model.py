@@ -1,8 +1,10 @@
-"""The FMA-pipe exponential of the patches, fitted and modelled bit for bit in NumPy (run with any NumPy).
+"""The FMA-pipe exponential of the patches, fitted and modelled in NumPy (run with any NumPy).
 
 Fits 1 + c1 f + c2 f^2 + c3 f^3 ~ 2^f on [0, 1] for the least maximum relative error (Lawson's iteratively
 reweighted least squares), prints the coefficients as the PTX's FP32 bit patterns, then runs the PTX sequence on
 FP32 inputs and compares it with 2^x in float64 and with what the flush-to-zero MUFU gives (0 below 2^-126).
+The model is exact but for the FMAs: each is the exact product plus the addend rounded to float64, then to FP32,
+a double rounding that may differ from the PTX's single one in the last bit.
 """
 
 import numpy as np
@@ -31,13 +33,18 @@ def poly_exp2(x: np.ndarray, c1: np.float32, c2: np.float32, c3: np.float32) -> 
     magic = np.float32(12583039.0)  # 0f4B40007F
     with np.errstate(invalid="ignore"):
         xc = np.where(np.isnan(x), x, np.maximum(x, np.float32(-127.0)))
-        # add.rm: the exact sum rounded down to the FP32 grid, whose spacing is 1 between 2^23 and 2^24
-        t = np.floor(xc.astype(np.float64) + 12583039.0).astype(np.float32)
+        # add.rm: the sum rounded down to the FP32 grid, whose spacing is 1 between 2^23 and 2^24, is the magic
+        # number plus floor(x), exactly (rounding the sum to nearest first would lose x in (-2^-30, 0))
+        t = (np.floor(xc) + magic).astype(np.float32)
         k = t - magic
         f = xc - k
-        p = np.float32(f * c3 + c2)
-        p = np.float32(p * f + c1)
-        p = np.float32(p * f + np.float32(1.0))
+
+        def fma(a: np.ndarray, b: np.ndarray, c: np.float32) -> np.ndarray:
+            return (a.astype(np.float64) * b.astype(np.float64) + np.float64(c)).astype(np.float32)
+
+        p = fma(f, np.float32(c3), c2)
+        p = fma(p, f, c1)
+        p = fma(p, f, np.float32(1.0))
         scale = (t.view(np.uint32) << np.uint32(23)).view(np.float32)
         return (p * scale).astype(np.float32)
 

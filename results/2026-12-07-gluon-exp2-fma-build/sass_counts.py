@@ -3,7 +3,7 @@
 Run in a venv with the GPU image's Triton (3.6.0), no GPU: `python sass_counts.py <tree> [<tree> ...]`, where a tree
 is a checkout (patched or not). Per tree and point: the tile tag, registers, stack and local bytes, whole-kernel
 opcode counts, and the same counts in each loop that holds both wgmmas and MUFU ops (a consumer's tile loop: one
-128- or 64-key tile per trip, per consumer warp).
+128- or 64-key tile per trip, per consumer warp), over every path and over the unmasked trip (see `loops`).
 """
 
 import hashlib
@@ -31,20 +31,33 @@ def instructions(sass: str) -> list[tuple[int, str, str]]:
     return [(int(a, 16), op.split(".")[0], rest) for a, op, rest in INSTR.findall(sass)]
 
 
-def loops(ins: list[tuple[int, str, str]], labels: dict[str, int]) -> list[Counter]:
-    """Opcode counts of every innermost loop (a backward branch's span holding no other) with HGMMA and MUFU."""
-    spans = []
-    for addr, op, rest in ins:
+def loops(ins: list[tuple[int, str, str]], labels: dict[str, int]) -> list[tuple[Counter, Counter, Counter]]:
+    """Per innermost loop (a backward branch's span holding no other) with HGMMA and MUFU: the opcode counts of its
+    whole span (every path), of the path on which each forward branch inside it is taken (the tile walk's masked
+    block is such a branch's skipped span: that is the unmasked trip), and of what that path leaves out.
+
+    This reads the layout ptxas gives these kernels: a tile loop is one span ending in its back-edge; out-of-line
+    retry blocks (mbarrier waits) branch back from past the kernel's end and hold a loop of their own, so none of
+    them counts as innermost."""
+
+    def target(rest: str) -> int | None:
         label = re.search(r"(\.L_x_\d+)", rest)
-        if op == "BRA" and label and labels.get(label.group(1), addr) < addr:
-            spans.append((labels[label.group(1)], addr))
+        return labels.get(label.group(1)) if label else None
+
+    spans = [(target(rest), addr) for addr, op, rest in ins if op == "BRA" and (target(rest) or addr) < addr]
     innermost = [(a, b) for a, b in spans if not any(a <= c and d <= b and (c, d) != (a, b) for c, d in spans)]
     out = []
     for start, end in innermost:
-        body = Counter(o for a, o, _ in ins if start <= a <= end)
-        if body["HGMMA"] and body["MUFU"]:
-            body["all"] = sum(body.values())
-            out.append(body)
+        body = [(a, o, r) for a, o, r in ins if start <= a <= end]
+        every = Counter(o for _, o, _ in body)
+        if not (every["HGMMA"] and every["MUFU"]):
+            continue
+        skipped = [(a, t) for a, o, r in body if o == "BRA" and (t := target(r)) is not None and a < t <= end]
+        left_out = Counter(o for a, o, _ in body if any(b < a < t for b, t in skipped))
+        taken = every - left_out
+        for c in (every, taken, left_out):
+            c["all"] = sum(c.values())
+        out.append((every, taken, left_out))
     return out
 
 
@@ -75,8 +88,10 @@ def main() -> None:
             print(f"{tree} {point} {cfg.tag} cubin {hashlib.sha256(built.asm['cubin']).hexdigest()[:16]} "
                   f"REG {r['REG']} STACK {r['STACK']} LOCAL {r['LOCAL']}")  # fmt: skip
             print("  whole kernel: " + " ".join(f"{k} {whole[k]}" for k in OPS) + f" all {len(ins)}")
-            for body in loops(ins, labels):
-                print("  loop: " + " ".join(f"{k} {body[k]}" for k in (*OPS, "all")))
+            for every, taken, left_out in loops(ins, labels):
+                print("  loop, every path: " + " ".join(f"{k} {every[k]}" for k in (*OPS, "all")))
+                print("  loop, forward branches taken: " + " ".join(f"{k} {taken[k]}" for k in (*OPS, "all")))
+                print("    left out: " + " ".join(f"{k} {v}" for k, v in left_out.most_common(9) if k != "all"))
 
 
 if __name__ == "__main__":
