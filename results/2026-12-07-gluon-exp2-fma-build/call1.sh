@@ -6,6 +6,8 @@
 # of each FMA-exponential patch (about 100 + 2 x 150 s); decide each with
 # results/2026-12-06-gluon-persistent-build/decide.py on its unpacked ab-*.tar.gz.
 set -uo pipefail
+# Checked before any device time is spent on the call, not halfway through it.
+: "${COMMIT:?call1.sh: set COMMIT to the commit whose tree travels}"
 R=results/2026-12-07-gluon-exp2-fma-build
 name=$(nvidia-smi --query-gpu=name --format=csv,noheader)
 {
@@ -22,7 +24,7 @@ if [[ $name == *H200* ]]; then b=64 s=512; else b=16 s=128; fi
 # The host has no .git, so the tree is named here (its files' sha256 are in tree-sha256.txt). gpu_speed.sh's exit is
 # its last copy's; the log says how the benchmark and each ncu run ended. A warm re-run must not tar old files.
 rm -rf /tmp/prof /tmp/speed-work/gluon-profile
-OUT=/tmp/prof PROFILE_B=$b PROFILE_S=$s bash scripts/gpu_speed.sh gluon-profile "${COMMIT:?set COMMIT}-dirty" \
+OUT=/tmp/prof PROFILE_B=$b PROFILE_S=$s bash scripts/gpu_speed.sh gluon-profile "$COMMIT-dirty" \
   >/tmp/prof-call.log 2>&1
 grep -v '^\s*$' /tmp/prof-call.log | tail -n 30
 cp /tmp/prof-call.log /tmp/prof/
