@@ -346,7 +346,7 @@ def cmd_serve_agreement(args: argparse.Namespace) -> int:
             share = {"gpu_memory_utilization": args.gpu_memory_utilization}
             workload = dataclasses.replace(workload, settings=workload.settings.model_copy(update=share))
         e2e.generate(args.layout, args.out, workload, max_tokens=args.max_tokens, seed=args.seed, eager=args.eager,
-                     kernel_launch=args.kernel_launch)  # fmt: skip
+                     kernel_launch=args.kernel_launch, kv_cache_layout=args.kv_cache_layout)  # fmt: skip
         return EXIT_OK
     return e2e.compare_command(
         args.reference, args.candidate, tie_eps=args.tie_eps, logprob_tolerance=args.logprob_tolerance
@@ -458,7 +458,7 @@ def _unit_share(text: str) -> float:
 
 
 def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    from qualify.serve.config import DEFAULT_KERNEL_LAUNCH, KERNEL_LAUNCHES
+    from qualify.serve.config import DEFAULT_KERNEL_LAUNCH, KERNEL_LAUNCHES, KV_CACHE_LAYOUTS
     from qualify.serve.layouts import LAYOUTS
 
     agree = sub.add_parser(
@@ -476,6 +476,9 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     gen.add_argument("--eager", action="store_true", help="eager mode (default: torch.compile with CUDA graphs)")
     gen.add_argument("--kernel-launch", choices=KERNEL_LAUNCHES, default=DEFAULT_KERNEL_LAUNCH,
                      help="shared layouts: how the fused backend launches (ServingConfig.kernel_launch)")  # fmt: skip
+    gen.add_argument("--kv-cache-layout", choices=KV_CACHE_LAYOUTS, default=None,
+                     help="ask vLLM for this KV cache layout (VLLM_KV_CACHE_LAYOUT; default: vLLM's, NHD); the "
+                          "record names the layout and prefill the fused backend saw")  # fmt: skip
     gen.add_argument("--model-dir", help="a real model's Hugging Face folder (relative: under the repository root; "
                      "default: the seeded small Qwen3, random questions of --question-len, a random cartridge of "
                      "--cartridge-len; with it the eval set's questions and the cartridge's own length)")  # fmt: skip

@@ -50,7 +50,7 @@ from qualify.serve.config import (
     live_v_width,
     prefill_impl_for_cache_layout,
 )
-from qualify.serve.dispatch_log import DIRECT_LAUNCH_NOTE, DispatchLog
+from qualify.serve.dispatch_log import DIRECT_LAUNCH_NOTE, KV_CACHE_LAYOUT_NOTE, PREFILL_IMPL_NOTE, DispatchLog
 from qualify.serve.plugin import require_supported_vllm
 from qualify.serve.store import LayerCartridge, load_layers
 
@@ -100,7 +100,11 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
             if isinstance(impl, CartridgeAttentionImpl):
                 impl.release_binding()
         self.dispatch_log = DispatchLog()
-        self.prefill_impl = prefill_impl_for_cache_layout(get_kv_cache_layout())
+        cache_layout = get_kv_cache_layout()
+        self.prefill_impl = prefill_impl_for_cache_layout(cache_layout)
+        # Facts of the engine core that its parent process cannot read for itself: what layout vLLM gave the cache,
+        # and so which prefill serves it.
+        self.dispatch_log.note(KV_CACHE_LAYOUT_NOTE, cache_layout)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.max_graph_batch = _max_full_graph_batch(vllm_config)
         self.workspace = DecodeWorkspace(
@@ -148,6 +152,8 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
             workspace=self.workspace,
         )
         self.dispatch_log.record(specialization_of(attn.plan_info).key)
+        if attn.plan_info.mode == "prefill":
+            self.dispatch_log.note(PREFILL_IMPL_NOTE, attn.plan_info.config.impl)
         return CartridgeMetadata(
             num_rows=attn.plan_info.total_q,
             slot_mapping=m.slot_mapping,

@@ -42,6 +42,12 @@ def live_v_width(head_dim: int, live_value_dtype: str) -> int:
     return head_dim // 2 if live_value_dtype == "fp8_e4m3" else head_dim
 
 
+# vLLM's two paged KV cache layouts (get_kv_cache_layout) and the variable a user picks one with (NHD when unset).
+KVCacheLayout = Literal["NHD", "HND"]
+KV_CACHE_LAYOUTS: tuple[str, ...] = get_args(KVCacheLayout)
+VLLM_KV_CACHE_LAYOUT_ENV = "VLLM_KV_CACHE_LAYOUT"
+
+
 def prefill_impl_for_cache_layout(layout: str) -> str | None:
     """The prefill the backend's wrappers name over vLLM's KV cache `layout`: None (the dispatch's: the Gluon prefill
     on SM90 with Triton 3.6) for NHD, whose token rows hold every head's K and V side by side, so that a head is a

@@ -17,6 +17,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
+from qualify.serve.scoped_env import scoped_env
+
 DISPATCH_LOG_ENV = "QUALIFY_DISPATCH_LOG"
 
 
@@ -54,6 +56,10 @@ EVENT = "@ "
 CACHED_EVENT = "cartridge_positions_cached"
 # The fused backend's note once a layer launched a kernel variant directly (cartridge_attn.launch).
 DIRECT_LAUNCH_NOTE = "direct_launches"
+# The fused backend's notes of the KV cache layout vLLM gave it (NHD or HND) and of each prefill implementation it
+# planned (cartridge_attn's impl names: "gluon", "triton").
+KV_CACHE_LAYOUT_NOTE = "kv_cache_layout"
+PREFILL_IMPL_NOTE = "prefill_impl"
 
 
 def _lines(path: Path) -> list[str]:
@@ -93,15 +99,8 @@ def read_dispatch_events(path: Path, name: str) -> list[str]:
 def dispatch_log_in(folder: Path) -> Iterator[Path]:
     """Point the engines this process starts at a dispatch log in `folder` (their processes inherit the variable)."""
     path = folder / "dispatch.log"
-    before = os.environ.get(DISPATCH_LOG_ENV)
-    os.environ[DISPATCH_LOG_ENV] = str(path)
-    try:
+    with scoped_env(DISPATCH_LOG_ENV, str(path)):
         yield path
-    finally:
-        if before is None:
-            os.environ.pop(DISPATCH_LOG_ENV, None)
-        else:
-            os.environ[DISPATCH_LOG_ENV] = before
 
 
 def cartridge_positions(path: Path) -> list[int]:

@@ -1,6 +1,6 @@
 """End-to-end agreement of serving layouts in vLLM: greedy tokens and log-probabilities, one process per layout.
 
-    qualify serve-agreement generate --layout bf16-prefix-cached --out ref.json [--eager]
+    qualify serve-agreement generate --layout bf16-prefix-cached --out ref.json [--eager] [--kv-cache-layout HND]
     qualify serve-agreement generate --layout shared-k16v8 --out cand.json --model-dir DIR \
         --cartridge fixtures/fifa_world_cup/run1.pt --eval-set fixtures/fifa_world_cup/eval_set.json
     qualify serve-agreement compare ref.json cand.json --tie-eps 0.1 [--logprob-tolerance 0.1]
@@ -32,9 +32,17 @@ from qualify.errors import DataError
 from qualify.hashing import sha256_file
 from qualify.loss.data import EvalItem
 from qualify.serve.agreement import generations_from_json, logprob_agreement, token_identity
-from qualify.serve.config import DEFAULT_KERNEL_LAUNCH, KernelLaunch
-from qualify.serve.dispatch_log import cartridge_positions, direct_launches_seen, dispatch_log_in
+from qualify.serve.config import DEFAULT_KERNEL_LAUNCH, VLLM_KV_CACHE_LAYOUT_ENV, KernelLaunch, KVCacheLayout
+from qualify.serve.dispatch_log import (
+    KV_CACHE_LAYOUT_NOTE,
+    PREFILL_IMPL_NOTE,
+    cartridge_positions,
+    direct_launches_seen,
+    dispatch_log_in,
+    read_dispatch_notes,
+)
 from qualify.serve.layouts import layout
+from qualify.serve.scoped_env import scoped_env
 from qualify.serve.settings import EngineSettings
 
 SMALL = EngineSettings(
@@ -121,7 +129,11 @@ def generate(
     seed: int,
     eager: bool = False,
     kernel_launch: KernelLaunch = DEFAULT_KERNEL_LAUNCH,
+    kv_cache_layout: KVCacheLayout | None = None,
 ) -> dict[str, Any]:
+    """Serve the workload in one layout and write its record to `out`. `kv_cache_layout` asks vLLM for that KV
+    cache layout (``VLLM_KV_CACHE_LAYOUT``, as a user would; None: vLLM's default, NHD); the record says which layout
+    and prefill implementations the fused backend actually saw."""
     from vllm.inputs import TokensPrompt
 
     from qualify.serve.engine import build_llm, kv_capacity, prompt_token_ids, random_cartridge_file, sampling_params
@@ -131,7 +143,11 @@ def generate(
         workload.settings.model_dump() | {"enforce_eager": eager, "kernel_launch": kernel_launch}
     )
     cartridge_len, placeholder = workload.cartridge_len, settings.placeholder_token_id
-    with tempfile.TemporaryDirectory(prefix="qualify-e2e-") as tmp, dispatch_log_in(Path(tmp)) as log:
+    with (
+        tempfile.TemporaryDirectory(prefix="qualify-e2e-") as tmp,
+        dispatch_log_in(Path(tmp)) as log,
+        scoped_env(VLLM_KV_CACHE_LAYOUT_ENV, kv_cache_layout),
+    ):
         cart = workload.cartridge_file or random_cartridge_file(settings, cartridge_len, seed)
         llm = build_llm(lay, cart, cartridge_len, settings, seed=seed)
         token_ids = prompt_token_ids(lay, workload.questions, cartridge_len, placeholder)
@@ -146,6 +162,7 @@ def generate(
         from_cache = cartridge_positions(log)[seen:]
         block_size = kv_capacity(llm)["block_size"]
         direct = direct_launches_seen(log)
+        notes = read_dispatch_notes(log)
     records = []
     for o in outs:
         c = o.outputs[0]
@@ -157,6 +174,10 @@ def generate(
         "enforce_eager": settings.enforce_eager,
         "kernel_launch": settings.kernel_launch,
         "fused_direct_launches": direct,  # whether the fused backend launched any variant directly
+        "kv_cache_layout_requested": kv_cache_layout,
+        # What the fused backend read inside the engine core (empty for the layouts it does not serve).
+        "kv_cache_layouts": notes.get(KV_CACHE_LAYOUT_NOTE, []),
+        "prefill_impls": notes.get(PREFILL_IMPL_NOTE, []),
         "block_size": block_size,
         "cartridge_positions_cached": from_cache,  # one per cartridge prompt, in scheduling order
         "model_dir": settings.model_dir,

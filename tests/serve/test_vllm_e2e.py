@@ -8,7 +8,8 @@ injected once and its blocks served from the prefix cache to every recorded prom
 injection generates the reference's tokens (the baseline itself); greedy tokens of `shared` with a BF16 cartridge V
 equal the reference's (ties below 0.1 nats excepted, see qualify.serve.agreement) and their log-probabilities
 agree within 0.02 nats on average; with the FP8 cartridge V (K16/V8), and with FP8 live V in K16/V8 pages as well, the
-log-probability of the reference's tokens stays within 0.1 nats on average.
+log-probability of the reference's tokens stays within 0.1 nats on average. K16/V8 over vLLM's HND cache layout
+(VLLM_KV_CACHE_LAYOUT=HND) takes the Triton prefill and meets the same tolerance.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.gpu
 TIE_EPS = 0.1
 REFERENCE = "bf16-prefix-cached"
 LOGPROB_TOLERANCE = 0.1
+HND = "shared-k16v8-hnd"  # shared-k16v8 over the KV cache layout a user asks for with VLLM_KV_CACHE_LAYOUT=HND
 
 
 def _require_host() -> None:
@@ -41,7 +43,9 @@ def _require_host() -> None:
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     _require_host()
     layouts = (REFERENCE, "bf16-inject", "shared-k16v16", "shared-k16v8", "shared-k16v8-live-fp8")
-    return generate_runs(layouts, tmp_path_factory.mktemp("e2e"), [])
+    paths = generate_runs(layouts, tmp_path_factory.mktemp("e2e"), [])
+    hnd = generate_runs(("shared-k16v8",), tmp_path_factory.mktemp("e2e-hnd"), ["--kv-cache-layout", "HND"], "hnd-")
+    return paths | {HND: hnd["shared-k16v8"]}
 
 
 def _compare(runs: dict[str, Path], candidate: str, logprob_tolerance: float | None) -> dict:
@@ -97,3 +101,17 @@ def test_shared_layouts_launched_the_fused_kernel_directly(runs: dict[str, Path]
         doc = json.loads(runs[name].read_text())
         assert (doc["kernel_launch"], doc["fused_direct_launches"]) == ("direct", True), name
     assert json.loads(runs[REFERENCE].read_text())["fused_direct_launches"] is False
+
+
+def test_shared_k16v8_over_an_hnd_cache_takes_the_triton_prefill_and_agrees(runs: dict[str, Path]) -> None:
+    # HND puts a page's heads a page of rows apart, which the Gluon prefill's TMA boxes cannot address, so the
+    # backend names the Triton prefill there (qualify.serve.config.prefill_impl_for_cache_layout) and the kernels
+    # read the cache through its strides. The records say what the backend saw inside each engine core; over vLLM's
+    # default NHD cache the dispatch's Gluon prefill serves, so the two differ exactly where the choice does.
+    nhd, hnd = (json.loads(runs[name].read_text()) for name in ("shared-k16v8", HND))
+    assert (nhd["kv_cache_layouts"], nhd["prefill_impls"]) == (["NHD"], ["gluon"]), nhd["prefill_impls"]
+    assert (hnd["kv_cache_layout_requested"], hnd["kv_cache_layouts"]) == ("HND", ["HND"])
+    assert hnd["prefill_impls"] == ["triton"], hnd["prefill_impls"]
+    assert (hnd["kernel_launch"], hnd["fused_direct_launches"]) == ("direct", True)
+    result = _compare(runs, HND, LOGPROB_TOLERANCE)
+    assert result["logprobs"]["passed"], json.dumps(result["logprobs"], indent=1)
