@@ -477,8 +477,8 @@ def _add_measurement_commands(sub: argparse._SubParsersAction[argparse.ArgumentP
     gen.add_argument("--kernel-launch", choices=KERNEL_LAUNCHES, default=DEFAULT_KERNEL_LAUNCH,
                      help="shared layouts: how the fused backend launches (ServingConfig.kernel_launch)")  # fmt: skip
     gen.add_argument("--kv-cache-layout", choices=KV_CACHE_LAYOUTS, default=None,
-                     help="ask vLLM for this KV cache layout (VLLM_KV_CACHE_LAYOUT; default: vLLM's, NHD); the "
-                          "record names the layout and prefill the fused backend saw")  # fmt: skip
+                     help="ask vLLM for this KV cache layout (VLLM_KV_CACHE_LAYOUT; default: the environment's, else "
+                          "vLLM's NHD); the record names the layout and prefill the fused backend saw")  # fmt: skip
     gen.add_argument("--model-dir", help="a real model's Hugging Face folder (relative: under the repository root; "
                      "default: the seeded small Qwen3, random questions of --question-len, a random cartridge of "
                      "--cartridge-len; with it the eval set's questions and the cartridge's own length)")  # fmt: skip

@@ -50,7 +50,13 @@ from qualify.serve.config import (
     live_v_width,
     prefill_impl_for_cache_layout,
 )
-from qualify.serve.dispatch_log import DIRECT_LAUNCH_NOTE, KV_CACHE_LAYOUT_NOTE, PREFILL_IMPL_NOTE, DispatchLog
+from qualify.serve.dispatch_log import (
+    DIRECT_LAUNCH_NOTE,
+    KV_CACHE_LAYOUT_NOTE,
+    KV_CACHE_ORDER_NOTE,
+    PREFILL_IMPL_NOTE,
+    DispatchLog,
+)
 from qualify.serve.plugin import require_supported_vllm
 from qualify.serve.store import LayerCartridge, load_layers
 
@@ -102,8 +108,7 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
         self.dispatch_log = DispatchLog()
         cache_layout = get_kv_cache_layout()
         self.prefill_impl = prefill_impl_for_cache_layout(cache_layout)
-        # Facts of the engine core that its parent process cannot read for itself: what layout vLLM gave the cache,
-        # and so which prefill serves it.
+        # The engine core's parent process cannot ask vLLM which layout this process resolved.
         self.dispatch_log.note(KV_CACHE_LAYOUT_NOTE, cache_layout)
         self.max_model_len = int(vllm_config.model_config.max_model_len)
         self.max_graph_batch = _max_full_graph_batch(vllm_config)
@@ -152,7 +157,7 @@ class CartridgeMetadataBuilder(AttentionMetadataBuilder[CartridgeMetadata]):
             workspace=self.workspace,
         )
         self.dispatch_log.record(specialization_of(attn.plan_info).key)
-        if attn.plan_info.mode == "prefill":
+        if attn.plan_info.mode == "prefill":  # the only launches whose implementation the cache layout decides
             self.dispatch_log.note(PREFILL_IMPL_NOTE, attn.plan_info.config.impl)
         return CartridgeMetadata(
             num_rows=attn.plan_info.total_q,
@@ -240,6 +245,8 @@ class CartridgeAttentionImpl(AttentionImpl[CartridgeMetadata]):
         query, key, value, output = step
         d = self.head_size
         pages = kv_cache.transpose(1, 2)  # (blocks, block, H_kv, 2 * D), any physical order
+        # The order the kernels actually read, beside the layout vLLM named in the builder: they must agree.
+        DispatchLog().note(KV_CACHE_ORDER_NOTE, "HND" if kv_cache.stride(1) > kv_cache.stride(2) else "NHD")
         k_pages = pages[..., :d]
         v_pages = pages[..., d:]
         v_scale = None

@@ -48,7 +48,7 @@ KV_CACHE_LAYOUTS: tuple[str, ...] = get_args(KVCacheLayout)
 VLLM_KV_CACHE_LAYOUT_ENV = "VLLM_KV_CACHE_LAYOUT"
 
 
-def prefill_impl_for_cache_layout(layout: str) -> str | None:
+def prefill_impl_for_cache_layout(layout: KVCacheLayout) -> str | None:
     """The prefill the backend's wrappers name over vLLM's KV cache `layout`: None (the dispatch's: the Gluon prefill
     on SM90 with Triton 3.6) for NHD, whose token rows hold every head's K and V side by side, so that a head is a
     column range the Gluon prefill's TMA boxes read; the Triton prefill for HND, whose heads are a page of rows

@@ -5,7 +5,8 @@ perf worker that started the engine. Each metadata builder appends every special
 first time to the file named by ``QUALIFY_DISPATCH_LOG`` (one key per line); the worker reads the file after its
 timed batches. Keys come from the kernel's own plan (`cartridge_attn.dispatch.specialization_of`). Lines that
 start with ``#`` are facts about the engine core the worker cannot see otherwise (the CUDA-graph mode vLLM
-resolved for this backend), read by `read_dispatch_notes`; lines that start with ``@`` are events in the order
+resolved for this backend, the KV cache layout, the prefill implementations, direct launches), read by
+`read_dispatch_notes`; lines that start with ``@`` are events in the order
 they happened (the cartridge positions each request found in vLLM's prefix cache), read by `read_dispatch_events`.
 Neither is ever taken for a key.
 """
@@ -56,9 +57,11 @@ EVENT = "@ "
 CACHED_EVENT = "cartridge_positions_cached"
 # The fused backend's note once a layer launched a kernel variant directly (cartridge_attn.launch).
 DIRECT_LAUNCH_NOTE = "direct_launches"
-# The fused backend's notes of the KV cache layout vLLM gave it (NHD or HND) and of each prefill implementation it
-# planned (cartridge_attn's impl names: "gluon", "triton").
+# The fused backend's notes of the KV cache layout vLLM named (NHD or HND), of the order in memory of the cache its
+# kernels read (the same names, from the cache tensor's strides), and of each prefill implementation it planned
+# (cartridge_attn's impl names: "gluon", "triton").
 KV_CACHE_LAYOUT_NOTE = "kv_cache_layout"
+KV_CACHE_ORDER_NOTE = "kv_cache_order"
 PREFILL_IMPL_NOTE = "prefill_impl"
 
 

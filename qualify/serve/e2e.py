@@ -1,7 +1,7 @@
 """End-to-end agreement of serving layouts in vLLM: greedy tokens and log-probabilities, one process per layout.
 
-    qualify serve-agreement generate --layout bf16-prefix-cached --out ref.json [--eager] [--kv-cache-layout HND]
-    qualify serve-agreement generate --layout shared-k16v8 --out cand.json --model-dir DIR \
+    qualify serve-agreement generate --layout bf16-prefix-cached --out ref.json [--eager]
+    qualify serve-agreement generate --layout shared-k16v8 --out cand.json [--kv-cache-layout HND] --model-dir DIR \
         --cartridge fixtures/fifa_world_cup/run1.pt --eval-set fixtures/fifa_world_cup/eval_set.json
     qualify serve-agreement compare ref.json cand.json --tie-eps 0.1 [--logprob-tolerance 0.1]
 
@@ -35,6 +35,7 @@ from qualify.serve.agreement import generations_from_json, logprob_agreement, to
 from qualify.serve.config import DEFAULT_KERNEL_LAUNCH, VLLM_KV_CACHE_LAYOUT_ENV, KernelLaunch, KVCacheLayout
 from qualify.serve.dispatch_log import (
     KV_CACHE_LAYOUT_NOTE,
+    KV_CACHE_ORDER_NOTE,
     PREFILL_IMPL_NOTE,
     cartridge_positions,
     direct_launches_seen,
@@ -132,8 +133,9 @@ def generate(
     kv_cache_layout: KVCacheLayout | None = None,
 ) -> dict[str, Any]:
     """Serve the workload in one layout and write its record to `out`. `kv_cache_layout` asks vLLM for that KV
-    cache layout (``VLLM_KV_CACHE_LAYOUT``, as a user would; None: vLLM's default, NHD); the record says which layout
-    and prefill implementations the fused backend actually saw."""
+    cache layout through ``VLLM_KV_CACHE_LAYOUT``, as a user would (None: the environment's, else vLLM's NHD). vLLM
+    resolves the layout once per process, so it holds for the process's first engine; the record says which layout,
+    cache order and prefill implementations the fused backend saw."""
     from vllm.inputs import TokensPrompt
 
     from qualify.serve.engine import build_llm, kv_capacity, prompt_token_ids, random_cartridge_file, sampling_params
@@ -177,6 +179,7 @@ def generate(
         "kv_cache_layout_requested": kv_cache_layout,
         # What the fused backend read inside the engine core (empty for the layouts it does not serve).
         "kv_cache_layouts": notes.get(KV_CACHE_LAYOUT_NOTE, []),
+        "kv_cache_orders": notes.get(KV_CACHE_ORDER_NOTE, []),
         "prefill_impls": notes.get(PREFILL_IMPL_NOTE, []),
         "block_size": block_size,
         "cartridge_positions_cached": from_cache,  # one per cartridge prompt, in scheduling order

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from qualify.serve.config import VLLM_KV_CACHE_LAYOUT_ENV
+
 ROOT = Path(__file__).resolve().parents[2]
 KEEP_ENV = "QUALIFY_E2E_OUT"
 REAL_MODEL_ENV = "QUALIFY_REAL_MODEL_DIR"
@@ -34,6 +36,8 @@ def require_real_model() -> str:
 def run_cli(args: list[str], what: str) -> None:
     """`python -m qualify.cli ARGS` with this checkout and its kernels on the path; fails the test on failure."""
     env = dict(os.environ)
+    # A layout the caller exported must not reach a run that asks for none (a run asks with --kv-cache-layout).
+    env.pop(VLLM_KV_CACHE_LAYOUT_ENV, None)
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "kernels"), env.get("PYTHONPATH", "")])
     proc = subprocess.run([sys.executable, "-m", "qualify.cli", *args], capture_output=True, text=True, env=env,
                           timeout=600, check=False)  # fmt: skip

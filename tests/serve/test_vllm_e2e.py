@@ -25,7 +25,7 @@ pytestmark = pytest.mark.gpu
 TIE_EPS = 0.1
 REFERENCE = "bf16-prefix-cached"
 LOGPROB_TOLERANCE = 0.1
-HND = "shared-k16v8-hnd"  # shared-k16v8 over the KV cache layout a user asks for with VLLM_KV_CACHE_LAYOUT=HND
+HND_RUN = "shared-k16v8-hnd"  # shared-k16v8 over the KV cache layout a user asks for with VLLM_KV_CACHE_LAYOUT=HND
 
 
 def _require_host() -> None:
@@ -45,11 +45,12 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     layouts = (REFERENCE, "bf16-inject", "shared-k16v16", "shared-k16v8", "shared-k16v8-live-fp8")
     paths = generate_runs(layouts, tmp_path_factory.mktemp("e2e"), [])
     hnd = generate_runs(("shared-k16v8",), tmp_path_factory.mktemp("e2e-hnd"), ["--kv-cache-layout", "HND"], "hnd-")
-    return paths | {HND: hnd["shared-k16v8"]}
+    return paths | {HND_RUN: hnd["shared-k16v8"]}
 
 
-def _compare(runs: dict[str, Path], candidate: str, logprob_tolerance: float | None) -> dict:
-    return compare_runs(runs[REFERENCE], runs[candidate], tie_eps=TIE_EPS, logprob_tolerance=logprob_tolerance)
+def _compare(runs: dict[str, Path], candidate: str, logprob_tolerance: float | None, prefix: str = "") -> dict:
+    return compare_runs(runs[REFERENCE], runs[candidate], tie_eps=TIE_EPS, logprob_tolerance=logprob_tolerance,
+                        prefix=prefix)  # fmt: skip
 
 
 def test_reference_served_the_cartridge_from_the_prefix_cache(runs: dict[str, Path]) -> None:
@@ -97,21 +98,24 @@ def test_shared_k16v8_live_fp8_pages_logprobs_within_tolerance(runs: dict[str, P
 def test_shared_layouts_launched_the_fused_kernel_directly(runs: dict[str, Path]) -> None:
     # What ships launches a layer's compiled variants directly; the records say the engines did, so the agreement
     # above covers that path. The reference never runs the fused backend, so the same record can read false.
-    for name in ("shared-k16v16", "shared-k16v8", "shared-k16v8-live-fp8"):
+    for name in ("shared-k16v16", "shared-k16v8", "shared-k16v8-live-fp8", HND_RUN):
         doc = json.loads(runs[name].read_text())
         assert (doc["kernel_launch"], doc["fused_direct_launches"]) == ("direct", True), name
     assert json.loads(runs[REFERENCE].read_text())["fused_direct_launches"] is False
 
 
 def test_shared_k16v8_over_an_hnd_cache_takes_the_triton_prefill_and_agrees(runs: dict[str, Path]) -> None:
+    from cartridge_attn import default_prefill_impl
+
     # HND puts a page's heads a page of rows apart, which the Gluon prefill's TMA boxes cannot address, so the
     # backend names the Triton prefill there (qualify.serve.config.prefill_impl_for_cache_layout) and the kernels
-    # read the cache through its strides. The records say what the backend saw inside each engine core; over vLLM's
-    # default NHD cache the dispatch's Gluon prefill serves, so the two differ exactly where the choice does.
-    nhd, hnd = (json.loads(runs[name].read_text()) for name in ("shared-k16v8", HND))
-    assert (nhd["kv_cache_layouts"], nhd["prefill_impls"]) == (["NHD"], ["gluon"]), nhd["prefill_impls"]
-    assert (hnd["kv_cache_layout_requested"], hnd["kv_cache_layouts"]) == ("HND", ["HND"])
+    # read the cache through its strides. The records say what the backend saw inside each engine core: the layout
+    # vLLM named, the cache's order in memory, and the prefill of every planned prefill. Over vLLM's default NHD
+    # cache the dispatch's prefill serves (the Gluon one on SM90 with Triton 3.6).
+    nhd, hnd = (json.loads(runs[name].read_text()) for name in ("shared-k16v8", HND_RUN))
+    assert (nhd["kv_cache_layouts"], nhd["kv_cache_orders"]) == (["NHD"], ["NHD"])
+    assert nhd["prefill_impls"] == [default_prefill_impl("cuda")], nhd["prefill_impls"]
+    assert (hnd["kv_cache_layouts"], hnd["kv_cache_orders"]) == (["HND"], ["HND"])
     assert hnd["prefill_impls"] == ["triton"], hnd["prefill_impls"]
-    assert (hnd["kernel_launch"], hnd["fused_direct_launches"]) == ("direct", True)
-    result = _compare(runs, HND, LOGPROB_TOLERANCE)
+    result = _compare(runs, HND_RUN, LOGPROB_TOLERANCE, prefix="hnd-")
     assert result["logprobs"]["passed"], json.dumps(result["logprobs"], indent=1)

@@ -6,7 +6,8 @@ ships; `vllm_glue_check.py SEED cpu` needs TRITON_INTERPRET=1 set before triton'
 * shared mode: `CartridgeMetadataBuilder` + `CartridgeAttentionImpl` serve a prefill step then a decode step
   of two requests through a vLLM-layout paged cache (logical (blocks, H_kv, block, 2 * D), NHD in memory), and
   every output matches a dense fp32 reference over cartridge + all live tokens (BF16 and FP8 live V); on a GPU the
-  steps after the first launch directly (the default), and the backend's note says so;
+  steps after the first launch directly (the default), and the backend's note says so; its notes also name the
+  cache layout vLLM gave (NHD), the order the kernels read and the dispatch's own prefill;
 * inject mode: `CartridgeInjectConnector` claims exactly the placeholder run, refuses a partial one, and
   copies the cartridge into the request's slots of every layer, touching nothing else.
 
@@ -75,6 +76,7 @@ def fail(msg: str) -> None:
 
 
 def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device) -> None:
+    from cartridge_attn import default_prefill_impl
     from vllm.v1.attention.backend import CommonAttentionMetadata
     from vllm.v1.kv_cache_interface import FullAttentionSpec
 
@@ -87,7 +89,14 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device
         CartridgeMetadataBuilder,
     )
     from qualify.serve.config import live_v_width
-    from qualify.serve.dispatch_log import DISPATCH_LOG_ENV, direct_launches_seen
+    from qualify.serve.dispatch_log import (
+        DISPATCH_LOG_ENV,
+        KV_CACHE_LAYOUT_NOTE,
+        KV_CACHE_ORDER_NOTE,
+        PREFILL_IMPL_NOTE,
+        direct_launches_seen,
+        read_dispatch_notes,
+    )
 
     # The fused backend notes its first direct launch here (the default launch path): the compiled kernel on a GPU
     # gives one from the second step on; the interpreter compiles nothing, so none.
@@ -208,6 +217,12 @@ def check_shared(tmp: Path, live_v: str, gen: torch.Generator, dev: torch.device
                 fail("rows beyond the scheduled tokens and padding requests were written")
     if direct_launches_seen(dispatch) != (dev.type == "cuda"):
         fail(f"direct launches seen: {direct_launches_seen(dispatch)} on {dev.type} (kernel_launch defaults to direct)")
+    # What the backend tells the engine's parent about the cache and the prefill: the layout vLLM named, the order
+    # the kernels read (the raw tensors above are NHD in memory) and the dispatch's own prefill.
+    notes = read_dispatch_notes(dispatch)
+    seen = [notes.get(n) for n in (KV_CACHE_LAYOUT_NOTE, KV_CACHE_ORDER_NOTE, PREFILL_IMPL_NOTE)]
+    if seen != [["NHD"], ["NHD"], [default_prefill_impl(dev)]]:
+        fail(f"dispatch notes (layout, order, prefill) {seen}, not NHD, NHD, {default_prefill_impl(dev)}")
     # A new builder (vLLM builds one per KV cache, the memory profiler's throwaway cache first) drops the layers'
     # bindings, so that the old cache is not held; the next step binds the layer's new cache.
     cfg.compilation_config.static_forward_context = {n: SimpleNamespace(impl=impls[i]) for i, n in enumerate(NAMES)}
