@@ -320,7 +320,7 @@ gluon-bench)
     gpu
     log "prefill per layer: Triton and Gluon fused K16/V8 beside FlashInfer (FA3) over shared pages"
     timeout 200 python3 scripts/bench_attention.py --out "$WORK/gluon-bench" --commit "$commit" --only prefill \
-      --implementations fused-k16v8 fused-k16v8-gluon flashinfer-shared-pages-bf16 --repetitions 20 \
+      --implementations fused-k16v8-triton fused-k16v8-gluon flashinfer-shared-pages-bf16 --repetitions 20 \
       >"$OUT/gluon-bench.log" 2>&1
     echo "bench exit $?"
     grep "|" "$OUT/gluon-bench.log" | tail -n 10
@@ -351,7 +351,7 @@ gluon-profile)
     gpu
     log "prefill per layer: Gluon K16/V8 and K16/V16, the Triton prefill and FlashInfer's FA3 over shared pages"
     timeout 200 python3 scripts/bench_attention.py --out "$WORK/gluon-profile" --commit "$commit" --only prefill \
-      --implementations fused-k16v8 fused-k16v8-gluon fused-k16v16-gluon flashinfer-shared-pages-bf16 \
+      --implementations fused-k16v8-triton fused-k16v8-gluon fused-k16v16-gluon flashinfer-shared-pages-bf16 \
       --repetitions 20 >"$OUT/gluon-profile-bench.log" 2>&1
     echo "bench exit $?"
     grep "|" "$OUT/gluon-profile-bench.log" | tail -n 10
