@@ -40,6 +40,7 @@ from qualify.serve.dispatch_log import (
     cartridge_positions,
     direct_launches_seen,
     dispatch_log_in,
+    read_dispatch_log,
     read_dispatch_notes,
 )
 from qualify.serve.layouts import layout
@@ -165,6 +166,7 @@ def generate(
         block_size = kv_capacity(llm)["block_size"]
         direct = direct_launches_seen(log)
         notes = read_dispatch_notes(log)
+        dispatched = read_dispatch_log(log)
     records = []
     for o in outs:
         c = o.outputs[0]
@@ -181,6 +183,9 @@ def generate(
         "kv_cache_layouts": notes.get(KV_CACHE_LAYOUT_NOTE, []),
         "kv_cache_orders": notes.get(KV_CACHE_ORDER_NOTE, []),
         "prefill_impls": notes.get(PREFILL_IMPL_NOTE, []),
+        # Every kernel variant the fused backend planned (cartridge_attn's specialization keys), so a record shows
+        # which tiles served it and a reader can match them to what the numerics gate qualified.
+        "dispatched": dispatched,
         "block_size": block_size,
         "cartridge_positions_cached": from_cache,  # one per cartridge prompt, in scheduling order
         "model_dir": settings.model_dir,

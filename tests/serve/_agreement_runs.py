@@ -14,6 +14,26 @@ from qualify.serve.config import VLLM_KV_CACHE_LAYOUT_ENV
 ROOT = Path(__file__).resolve().parents[2]
 KEEP_ENV = "QUALIFY_E2E_OUT"
 REAL_MODEL_ENV = "QUALIFY_REAL_MODEL_DIR"
+# The small Qwen3's agreement runs: the reference layout (FA3, the cartridge shared through vLLM's prefix cache),
+# the log-probability margin below which a greedy choice counts as a tie, and the mean log-prob tolerance of K16/V8.
+REFERENCE = "bf16-prefix-cached"
+TIE_EPS = 0.1
+LOGPROB_TOLERANCE = 0.1
+
+
+def require_vllm_host() -> None:
+    """Skips the test anywhere but an SM90 GPU host with vLLM."""
+    import importlib.util
+
+    import pytest
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip(f"qualified on SM90 only; this GPU is {torch.cuda.get_device_capability()}")
+    if importlib.util.find_spec("vllm") is None:
+        pytest.skip("needs vLLM 0.26 (pip install 'cartridge-qualify[serve]')")
 
 
 def require_real_model() -> str:

@@ -14,34 +14,19 @@ log-probability of the reference's tokens stays within 0.1 nats on average. K16/
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
-from _agreement_runs import compare_runs, generate_runs
+from _agreement_runs import LOGPROB_TOLERANCE, REFERENCE, TIE_EPS, compare_runs, generate_runs, require_vllm_host
 
 pytestmark = pytest.mark.gpu
-TIE_EPS = 0.1
-REFERENCE = "bf16-prefix-cached"
-LOGPROB_TOLERANCE = 0.1
 HND_RUN = "shared-k16v8-hnd"  # shared-k16v8 over the KV cache layout a user asks for with VLLM_KV_CACHE_LAYOUT=HND
-
-
-def _require_host() -> None:
-    import torch
-
-    if not torch.cuda.is_available():
-        pytest.skip("needs a CUDA GPU")
-    if torch.cuda.get_device_capability() != (9, 0):
-        pytest.skip(f"qualified on SM90 only; this GPU is {torch.cuda.get_device_capability()}")
-    if importlib.util.find_spec("vllm") is None:
-        pytest.skip("needs vLLM 0.26 (pip install 'cartridge-qualify[serve]')")
 
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    _require_host()
+    require_vllm_host()
     layouts = (REFERENCE, "bf16-inject", "shared-k16v16", "shared-k16v8", "shared-k16v8-live-fp8")
     paths = generate_runs(layouts, tmp_path_factory.mktemp("e2e"), [])
     hnd = generate_runs(("shared-k16v8",), tmp_path_factory.mktemp("e2e-hnd"), ["--kv-cache-layout", "HND"], "hnd-")
