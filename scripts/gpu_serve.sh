@@ -12,11 +12,11 @@
 #   bash scripts/gpu_serve.sh accuracy   the accuracy gate through lm-eval's vllm backend (carry .whl7)
 #   bash scripts/gpu_serve.sh recheck    stage part 3, the agreement tests again, and a profile of one
 #                                                 batch-64 batch for bf16-inject and shared-k16v8
-#   bash scripts/gpu_serve.sh long-prefill   (carry .gpu/setup.sh, .vllm/setup.sh; vLLM staged and installed by
-#                                                 earlier calls, e.g. vllm_halves.sh and gpu_speed.sh prefill) the
-#                                                 agreement of prefills long enough for the Gluon prefill's persistent
-#                                                 tiles (tests/serve/test_vllm_long_prefill.py), with the sha256 of
-#                                                 the files it runs
+#   bash scripts/gpu_serve.sh long-prefill   (carry .vllm/setup.sh; vLLM installed and .gpu unpacked by earlier
+#                                                 calls, e.g. vllm_halves.sh and gpu_speed.sh prefill) the agreement
+#                                                 of prefills long enough for the Gluon prefill's persistent tiles
+#                                                 (tests/serve/test_vllm_long_prefill.py), with the sha256 of the
+#                                                 files it runs; exits with pytest's status
 # Everything comes back in $OUT as a few files (logs, one tar.gz per step).
 set -uo pipefail
 OUT=${OUT:-gpu-out}
@@ -79,18 +79,23 @@ recheck)
   tar -C "$WORK" -czf "$OUT/recheck.tar.gz" e2e profile 2>/dev/null
   ;;
 long-prefill)
+  rm -rf "$WORK/long"
   {
     vllm_env || exit 1
     nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv
-    sha256sum qualify/cli.py qualify/serve/*.py tests/serve/_agreement_runs.py tests/serve/test_vllm_long_prefill.py \
+    sha256sum scripts/gpu_serve.sh qualify/cli.py qualify/serve/*.py fixtures/qwen3_small/config.json tests/conftest.py \
+      tests/serve/_agreement_runs.py tests/serve/test_vllm_long_prefill.py \
       kernels/cartridge_attn/*.py > "$OUT/long-prefill-sha256.txt"
-    log "end-to-end agreement of 8 x 1,024-token prefills (the persistent tiles)"
-    rm -rf "$WORK/long"
-    QUALIFY_E2E_OUT=$WORK/long timeout "${LONG_TIMEOUT:-420}" python3 -m pytest tests/serve/test_vllm_long_prefill.py \
+    log "end-to-end agreement of 8 x 1,024-token prefills (the persistent tiles) and the 48-token control"
+    QUALIFY_E2E_OUT=$WORK/long timeout "${LONG_TIMEOUT:-480}" python3 -m pytest tests/serve/test_vllm_long_prefill.py \
       -q -rs -p no:cacheprovider
-    log "exit $?"
+    rc=$?
+    log "exit $rc"
+    exit $rc
   } 2>&1 | tee "$OUT/long-prefill.log"
-  tar -C "$WORK" -czf "$OUT/long-prefill.tar.gz" long 2>/dev/null
+  rc=${PIPESTATUS[0]}
+  tar -C "$WORK" -czf "$OUT/long-prefill.tar.gz" long 2>/dev/null || echo "no runs kept under $WORK/long"
+  exit "$rc"
   ;;
 accuracy)
   # Issue 7's pass-through (lm-eval's vllm backend), after the engine gate so that nothing shares the GPU with it.
