@@ -288,15 +288,19 @@ def cartridge_attn_kernel(
     ck_base = ck_ptr + kvh * stride_ckh
     cv_base = cv_ptr + kvh * stride_cvh
     if SPLITS > 1:
-        # This program's keys: one tile-aligned range [lo, hi) of the cartridge followed by the live suffix.
-        total = n_cart + live_end
-        chunk = tl.cdiv(tl.cdiv(total, SPLITS), BLOCK_N) * BLOCK_N
-        lo = split * chunk
-        hi = tl.maximum(tl.minimum(lo + chunk, total), lo)  # a short request leaves its last splits empty
-        c_lo = tl.minimum(lo, n_cart)
-        c_hi = tl.minimum(hi, n_cart)
-        l_lo = tl.maximum(lo - n_cart, 0)
-        l_hi = tl.maximum(hi - n_cart, 0)
+        # This program's keys: a run [t_lo, t_hi) of whole tiles, the cartridge's (the last one partial) followed
+        # by the live suffix's. Counted in tiles, not keys: a range of keys would start a split's live walk inside
+        # a tile wherever the cartridge is no multiple of BLOCK_N long, and both neighbours would read that tile
+        # (12.5 % more live bytes at 16 x 1024 with a 632-position cartridge, two splits).
+        cart_tiles = tl.cdiv(n_cart, BLOCK_N)
+        tiles = cart_tiles + tl.cdiv(live_end, BN_R)
+        per_split = tl.cdiv(tiles, SPLITS)
+        t_lo = split * per_split
+        t_hi = tl.maximum(tl.minimum(t_lo + per_split, tiles), t_lo)  # a short request leaves its last splits empty
+        c_lo = tl.minimum(t_lo, cart_tiles) * BLOCK_N
+        c_hi = tl.minimum(tl.minimum(t_hi, cart_tiles) * BLOCK_N, n_cart)
+        l_lo = tl.maximum(t_lo - cart_tiles, 0) * BN_R
+        l_hi = tl.minimum(tl.maximum(t_hi - cart_tiles, 0) * BN_R, live_end)
     else:
         c_lo = 0
         c_hi = n_cart
@@ -355,7 +359,8 @@ def cartridge_attn_kernel(
     # Tiles on the causal diagonal, at the end of a sequence, or (decode) shared by several requests.
     n_iter = tl.cdiv(live_end, BN_R)
     if SPLITS > 1:
-        # Only tiles that meet [l_lo, l_hi): a fully masked tile would meet an empty running max (-inf - -inf).
+        # The split's own whole tiles [l_lo, l_hi), which need no mask of its range (and none fully masked: it
+        # would meet an empty running max, -inf - -inf).
         n_live_full = l_lo // BN_R
         n_iter = tl.where(l_hi > l_lo, tl.cdiv(l_hi, BN_R), n_live_full)
     for it in tl.range(n_live_full, n_iter):
@@ -376,8 +381,6 @@ def cartridge_attn_kernel(
         visible = j[None, :] <= limit[:, None]
         if DECODE:
             visible = visible & (col_req_local[None, :] == row_req_local[:, None])
-        if SPLITS > 1:
-            visible = visible & (j[None, :] >= l_lo) & (j[None, :] < l_hi)
         acc, m_i, l_i = _attend(
             acc, m_i, l_i, q, k, v, visible, lv_scale, qk_scale, True, LV_FP8, LV_SCALE_P, DOT_F32, EMPTY_ROWS
         )

@@ -248,3 +248,43 @@ def test_cartridge_tma_refuses_strided_heads(kernel_device: torch.device) -> Non
     cfg = prefill_config(4, 64, block_m=16, block_n=16, cartridge_tma=True)
     with pytest.raises(UnsupportedLayoutError, match="cartridge K head stride"):
         run_fused(pr, mode="prefill", config=cfg)
+
+
+@pytest.mark.parametrize("splits", [2, 4])
+def test_split_decode_reads_each_key_once_per_request(
+    splits: int, kernel_mode: str, kernel_device: torch.device, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A cartridge of 1.5 tiles puts split boundaries inside live tiles when ranges are counted in keys; then both
+    # neighbours read the tile, which a GPU pays for in bytes even where masks keep the result exact.
+    if kernel_mode != "interpreter":
+        pytest.skip("counts the kernel's loads through the Triton interpreter")
+    import numpy as np
+    from triton.runtime import interpreter
+
+    live = [1, 30, 8, 17, 200]
+    pr = random_problem([1] * 5, live, num_qo_heads=8, num_kv_heads=2, cartridge_len=24, device=kernel_device)
+    loaded: list[np.ndarray] = []
+    real_load = interpreter.InterpreterBuilder.create_masked_load
+
+    def counted_load(self, ptrs, mask, other, cache_policy, is_volatile):
+        loaded.append(np.unique(ptrs.data[np.broadcast_to(mask.data, ptrs.data.shape)]))
+        return real_load(self, ptrs, mask, other, cache_policy, is_volatile)
+
+    monkeypatch.setattr(interpreter.InterpreterBuilder, "create_masked_load", counted_load)
+    o = run_fused(pr, mode="decode", config=decode_config(4, 64, 5, 200, splits=splits, block_n=16))
+    monkeypatch.undo()
+    assert_matches(o)
+    addresses, times = np.unique(np.concatenate(loaded), return_counts=True)
+
+    def counts_in(*tensors: torch.Tensor) -> np.ndarray:
+        inside = np.zeros_like(addresses, dtype=bool)
+        for t in {id(t.untyped_storage()): t for t in tensors}.values():
+            lo = t.untyped_storage().data_ptr()
+            inside |= (addresses >= lo) & (addresses < lo + t.untyped_storage().nbytes())
+        return times[inside]
+
+    per_key = 2 * pr.live_k.shape[2] * pr.live_k.shape[3]  # K and V elements of one token over the KV heads
+    live_counts = counts_in(pr.live_k, pr.live_v)
+    assert len(live_counts) == sum(live) * per_key and set(live_counts.tolist()) == {1}, np.bincount(live_counts)
+    cart_counts = counts_in(pr.cartridge_k, pr.cartridge_v)
+    assert len(cart_counts) == 24 * per_key and set(cart_counts.tolist()) == {len(live)}, np.bincount(cart_counts)
