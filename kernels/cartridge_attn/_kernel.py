@@ -402,10 +402,12 @@ def cartridge_attn_kernel(
     o_ptrs = o_ptr + q_row[:, None].to(tl.int64) * stride_ot + heads[:, None] * stride_oh + offs_d[None, :]
     if SPLITS > 1:
         # Publish this split's state; the program that arrives last combines all of them exactly (the max in
-        # scaled log2 units, as in _attend) and re-arms the counter for the next launch (graph replays too).
+        # scaled log2 units, as in _attend) and re-arms the counter for the next launch (graph replays too). Only
+        # the query rows' accumulators travel: a tile's padding rows (12 of 16 for one request of a GQA group of 4)
+        # would triple the workspace bytes the last program reads on its own.
         slot = (pid * tl.num_programs(1) + kvh) * SPLITS
         base_o = split_o_ptr + (slot + split).to(tl.int64) * (BLOCK_M * HEAD_DIM)
-        tl.store(base_o + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc)
+        tl.store(base_o + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=row_ok[:, None])
         base_ml = split_ml_ptr + (slot + split).to(tl.int64) * (2 * BLOCK_M)
         tl.store(base_ml + offs_m, m_i)
         tl.store(base_ml + BLOCK_M + offs_m, l_i)
@@ -422,7 +424,12 @@ def cartridge_attn_kernel(
                 m_s = tl.load(ml + s * 2 * BLOCK_M + offs_m, cache_modifier=".cg")
                 w = tl.where(m_s == float("-inf"), 0.0, tl.math.exp2(m_s - m_max))
                 part = split_o_ptr + (slot + s).to(tl.int64) * (BLOCK_M * HEAD_DIM)
-                a = tl.load(part + offs_m[:, None] * HEAD_DIM + offs_d[None, :], cache_modifier=".cg")
+                a = tl.load(
+                    part + offs_m[:, None] * HEAD_DIM + offs_d[None, :],
+                    mask=row_ok[:, None],
+                    other=0.0,
+                    cache_modifier=".cg",
+                )
                 total_acc += w[:, None] * a
                 total_l += w * tl.load(ml + s * 2 * BLOCK_M + BLOCK_M + offs_m, cache_modifier=".cg")
             out = total_acc / total_l[:, None]
