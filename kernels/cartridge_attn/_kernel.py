@@ -404,7 +404,7 @@ def cartridge_attn_kernel(
         # Publish this split's state; the program that arrives last combines all of them exactly (the max in
         # scaled log2 units, as in _attend) and re-arms the counter for the next launch (graph replays too). Only
         # the query rows' accumulators travel: a tile's padding rows (12 of 16 for one request of a GQA group of 4)
-        # would triple the workspace bytes the last program reads on its own.
+        # would make the workspace bytes the last program reads on its own four times as many.
         slot = (pid * tl.num_programs(1) + kvh) * SPLITS
         base_o = split_o_ptr + (slot + split).to(tl.int64) * (BLOCK_M * HEAD_DIM)
         tl.store(base_o + offs_m[:, None] * HEAD_DIM + offs_d[None, :], acc, mask=row_ok[:, None])
