@@ -7,8 +7,8 @@ a 632-position K16/V8 cartridge, 8-token pages of BF16 live K and V), one launch
 configuration runs under the interpreter; every load's unmasked addresses are summed (an address each load asks
 for once, however many lanes ask) in bytes, split into the live cache, the cartridge and the rest, beside the
 bytes of one read of each. What a GPU's DRAM serves also depends on L2 hits, so this counts requests, not DRAM
-traffic: a tile that two programs load is counted twice, as it is when the second load misses L2 (Nsight Compute's
-cache-flushed single launch). The output is also checked against the fp32 reference.
+traffic: a tile that two programs load is counted twice, and costs DRAM bytes only where the second load misses
+L2. The output is also checked against the fp32 reference.
 """
 
 from __future__ import annotations

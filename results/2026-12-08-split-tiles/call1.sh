@@ -21,8 +21,8 @@ MUTANTS=$MUTANTS,split-combines-before-the-last-arrival,cascade-state-in-every-s
   rm -rf "$WORK/split-mutation"
   log "split-decode mutants (signed) beside the Triton kernel's GPU tests"
   SECONDS=0
-  timeout 400 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants \
-    mutation/cartridge_attn.yaml --only "$MUTANTS" --jobs 6 --timeout-s 330 --unmutated killing-items \
+  timeout 420 python3 -c 'import sys; from qualify.cli import main; sys.exit(main())' mutants \
+    mutation/cartridge_attn.yaml --only "$MUTANTS" --jobs "$(mutant_jobs)" --timeout-s 240 --unmutated killing-items \
     --out "$WORK/split-mutation" --name split-mutation --sign-key "$WORK/keys/signing-key.pem" \
     >"$WORK/split-mutation.log" 2>&1 &
   mutants=$!
