@@ -44,10 +44,10 @@ def main() -> None:
     requested: list[tuple[np.ndarray, int]] = []
     real_load = interpreter.InterpreterBuilder.create_masked_load
 
-    def counted_load(self, ptrs, mask, other, cache_policy, is_volatile):
+    def counted_load(self, ptrs, mask, *rest):  # the tail differs across Triton versions
         wanted = np.unique(ptrs.data[np.broadcast_to(mask.data, ptrs.data.shape)])
         requested.append((wanted, ptrs.get_element_ty().primitive_bitwidth // 8))
-        return real_load(self, ptrs, mask, other, cache_policy, is_volatile)
+        return real_load(self, ptrs, mask, *rest)
 
     interpreter.InterpreterBuilder.create_masked_load = counted_load
     rows = []

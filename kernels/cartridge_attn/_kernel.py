@@ -297,8 +297,10 @@ def cartridge_attn_kernel(
         per_split = tl.cdiv(tiles, SPLITS)
         t_lo = split * per_split
         t_hi = tl.maximum(tl.minimum(t_lo + per_split, tiles), t_lo)  # a short request leaves its last splits empty
-        c_lo = tl.minimum(t_lo, cart_tiles) * BLOCK_N
         c_hi = tl.minimum(tl.minimum(t_hi, cart_tiles) * BLOCK_N, n_cart)
+        c_lo = tl.minimum(
+            tl.minimum(t_lo, cart_tiles) * BLOCK_N, c_hi
+        )  # a live-only split: an empty loop, never reversed
         l_lo = tl.maximum(t_lo - cart_tiles, 0) * BN_R
         l_hi = tl.minimum(tl.maximum(t_hi - cart_tiles, 0) * BN_R, live_end)
     else:
