@@ -19,14 +19,12 @@ import json
 from pathlib import Path
 
 import pytest
-from _agreement_runs import ROOT, compare_runs, generate_runs, require_real_model
+from _agreement_runs import LOGPROB_TOLERANCE, REFERENCE, ROOT, compare_runs, generate_runs, require_real_model
 
 pytestmark = pytest.mark.gpu
 FIFA = ROOT / "fixtures" / "fifa_world_cup"
-REFERENCE = "bf16-prefix-cached"
 LAYOUTS = (REFERENCE, "bf16-inject", "shared-k16v16", "shared-k16v8", "shared-k16v8-live-fp8")
 EXACT_TIE = 1e-6
-LOGPROB_TOLERANCE = 0.1
 PROMPTS, MAX_TOKENS = 8, 64
 
 
